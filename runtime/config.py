@@ -1,0 +1,240 @@
+"""Persona directories and their ``persona.yaml``.
+
+A persona lives in ``<home>/personas/<name>/`` with ``persona.yaml`` and
+``SOUL.md``. ``<home>`` is ``--home``, else ``$COTERIE_HOME``, else
+``~/.coterie``. Bundled demo personas live in ``configs/personas``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from runtime.errors import PersonaConfigError, UnknownPersonaError
+
+PERSONA_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_PERSONAS = REPO_ROOT / "configs" / "personas"
+
+
+def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
+    """``--home`` beats ``$COTERIE_HOME`` beats ``~/.coterie``."""
+    if home is not None:
+        return Path(home).expanduser().resolve()
+    env = os.environ.get("COTERIE_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    return (Path.home() / ".coterie").resolve()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScriptedWhen(_Strict):
+    """Conditions of a scripted rule; all given ones must hold."""
+
+    turn: int | None = Field(default=None, ge=1)
+    contains: str | None = None
+    context: str | None = None
+
+
+class ScriptedToolCall(_Strict):
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class ScriptedRule(_Strict):
+    when: ScriptedWhen = Field(default_factory=ScriptedWhen)
+    text: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+
+
+class _ModelBase(_Strict):
+    max_tokens: int = Field(default=4096, ge=1)
+    timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+    max_retries: int = Field(default=3, ge=0, le=10)
+
+
+class ScriptedModelConfig(_ModelBase):
+    """A model whose answers are written in persona.yaml (no API key)."""
+
+    provider: Literal["scripted"]
+    name: str = "scripted"
+    rules: list[ScriptedRule] = Field(default_factory=list)
+    default: str = "I can't help with that."
+    latency_ms: float = Field(default=0.0, ge=0)
+
+
+class OpenAIModelConfig(_ModelBase):
+    """OpenAI Chat Completions or any compatible server (``base_url``)."""
+
+    provider: Literal["openai"]
+    name: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    # Reasoning providers (DeepSeek-R1, Kimi…) reject assistant tool-call
+    # messages without ``reasoning_content`` once thinking is on.
+    reasoning_content: bool = False
+
+
+class AnthropicModelConfig(_ModelBase):
+    """Anthropic Messages API."""
+
+    provider: Literal["anthropic"]
+    name: str
+    base_url: str | None = None
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    thinking_budget: int = Field(default=2048, ge=1024)
+
+
+ModelConfig = Annotated[
+    ScriptedModelConfig | OpenAIModelConfig | AnthropicModelConfig,
+    Field(discriminator="provider"),
+]
+
+
+class ToolFilter(_Strict):
+    """Allow and deny lists of tool names; ``*`` and ``?`` wildcards."""
+
+    allow: list[str] = Field(default_factory=lambda: ["*"])
+    deny: list[str] = Field(default_factory=list)
+
+
+ThinkingMode = Literal["on", "off", "auto"]
+
+
+class PersonaConfig(_Strict):
+    """The contents of ``persona.yaml``."""
+
+    model: ModelConfig
+    description: str = ""
+    tools: ToolFilter = Field(default_factory=ToolFilter)
+    thinking: ThinkingMode = "auto"
+    max_steps: int = Field(default=12, ge=1, le=200)
+    tool_timeout: float | None = Field(default=None, gt=0)
+    output_cap: int = Field(default=16_000, ge=1_000)
+
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        # YAML 1.1 reads bare on/off as booleans.
+        if value is True:
+            return "on"
+        if value is False:
+            return "off"
+        return value
+
+
+class Persona(BaseModel):
+    """A loaded persona: its name, directory, config and SOUL."""
+
+    name: str
+    path: Path
+    config: PersonaConfig
+    soul: str
+
+    @property
+    def workspace(self) -> Path:
+        return self.path / "workspace"
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"]
+    if err["type"] == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        msg = f"expected one of {ctx.get('expected_tags')}, got {ctx.get('tag')!r}"
+    elif err["type"] == "union_tag_not_found":
+        msg = "missing 'provider' (expected 'openai', 'anthropic' or 'scripted')"
+    elif err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    return f"{loc}: {msg}"
+
+
+def load_persona_dir(path: Path, name: str | None = None) -> Persona:
+    """Load one persona directory; raises :class:`PersonaConfigError`."""
+    name = name or path.name
+    yaml_path = path / "persona.yaml"
+    if not PERSONA_NAME_RE.match(name):
+        raise PersonaConfigError(
+            str(path), [f"name {name!r}: expected lowercase letters, digits, '-' or '_'"]
+        )
+    if not yaml_path.is_file():
+        raise PersonaConfigError(str(yaml_path), ["file not found"])
+    try:
+        raw = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise PersonaConfigError(str(yaml_path), [f"not valid YAML: {exc}"]) from None
+    if not isinstance(raw, dict):
+        raise PersonaConfigError(str(yaml_path), ["(top level): expected a mapping"])
+    try:
+        config = PersonaConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_describe(e) for e in exc.errors()]  # type: ignore[arg-type]
+        raise PersonaConfigError(str(yaml_path), problems) from None
+    soul_path = path / "SOUL.md"
+    soul = soul_path.read_text(encoding="utf-8") if soul_path.is_file() else ""
+    return Persona(name=name, path=path, config=config, soul=soul)
+
+
+def persona_names(home: Path) -> list[str]:
+    """Names of every persona directory under ``<home>/personas``."""
+    root = home / "personas"
+    if not root.is_dir():
+        return []
+    return sorted(
+        p.name for p in root.iterdir() if p.is_dir() and (p / "persona.yaml").is_file()
+    )
+
+
+def load_persona(home: Path, name: str) -> Persona:
+    """Load ``<home>/personas/<name>``; unknown names raise with the roster."""
+    path = home / "personas" / name
+    if not PERSONA_NAME_RE.match(name) or not (path / "persona.yaml").is_file():
+        raise UnknownPersonaError(name, persona_names(home))
+    return load_persona_dir(path, name)
+
+
+def install_bundled_personas(home: Path, *, overwrite: bool = False) -> list[str]:
+    """Copy the bundled demo personas into ``<home>/personas``.
+
+    Existing personas are left alone unless ``overwrite``. Returns the names
+    that were written.
+    """
+    import shutil
+
+    written = []
+    for src in sorted(BUNDLED_PERSONAS.iterdir()):
+        if not (src / "persona.yaml").is_file():
+            continue
+        dst = home / "personas" / src.name
+        if dst.exists() and not overwrite:
+            continue
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+        written.append(src.name)
+    return written
+
+
+__all__ = [
+    "BUNDLED_PERSONAS",
+    "AnthropicModelConfig",
+    "ModelConfig",
+    "OpenAIModelConfig",
+    "Persona",
+    "PersonaConfig",
+    "ScriptedModelConfig",
+    "ScriptedRule",
+    "ThinkingMode",
+    "ToolFilter",
+    "install_bundled_personas",
+    "load_persona",
+    "load_persona_dir",
+    "persona_names",
+    "resolve_home",
+]

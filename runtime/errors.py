@@ -1,0 +1,91 @@
+"""The coterie exception tree.
+
+Failures of the runtime itself are exceptions; failures the *model* should
+read (a tool that timed out, bad arguments) are never raised to the loop but
+returned as tool-result strings (see ``runtime.runner``).
+
+::
+
+    CoterieError
+    ├── ConfigError                 a config or persona file is wrong
+    │   └── PersonaConfigError      names the file, the field and what was expected
+    ├── UnknownPersonaError         no persona of that name exists
+    ├── ModelError                  a model provider failed
+    │   ├── MissingAPIKeyError      names the environment variable to set
+    │   ├── ModelHTTPError          the provider answered with an error status
+    │   └── ModelTimeoutError       no answer within the configured timeout
+    ├── DeliveryError               a message could not be delivered or answered
+    │   └── TurnFailedError         the target's turn crashed
+    └── AuditQueryError             an audit query was refused or failed
+"""
+
+from __future__ import annotations
+
+
+class CoterieError(Exception):
+    """Base of every error raised by coterie itself."""
+
+
+class ConfigError(CoterieError):
+    """A configuration file or value is invalid."""
+
+
+class PersonaConfigError(ConfigError):
+    """A persona directory or its ``persona.yaml`` is invalid.
+
+    The message names the file, the field and what was expected.
+    """
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid persona file {path}:\n{lines}")
+
+
+class UnknownPersonaError(CoterieError):
+    """A message was addressed to a persona that does not exist."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        self.known = known
+        listing = ", ".join(known) if known else "none"
+        super().__init__(f"unknown persona {name!r} (known personas: {listing})")
+
+
+class ModelError(CoterieError):
+    """A model provider could not produce a response."""
+
+
+class MissingAPIKeyError(ModelError):
+    """The environment variable holding a provider's API key is not set."""
+
+    def __init__(self, env_var: str, provider: str) -> None:
+        self.env_var = env_var
+        super().__init__(
+            f"{provider} model needs an API key: set the environment variable {env_var}"
+        )
+
+
+class ModelHTTPError(ModelError):
+    """The provider answered with an error status after all retries."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        self.status = status
+        super().__init__(f"model request failed (status {status}): {message}")
+
+
+class ModelTimeoutError(ModelError):
+    """The provider did not answer within the configured timeout."""
+
+
+class DeliveryError(CoterieError):
+    """A message could not be delivered to, or answered by, its recipient."""
+
+
+class TurnFailedError(DeliveryError):
+    """The recipient's turn failed with a runtime error."""
+
+
+class AuditQueryError(CoterieError):
+    """An audit query was refused (not read-only) or failed."""

@@ -1,0 +1,314 @@
+"""Typed messages: chat history, model requests/responses, envelopes, turn events.
+
+Everything here is a pydantic model; the unions are discriminated by ``kind``
+and (de)serialized through one ``TypeAdapter`` each. The same objects cross
+actor boundaries and are what the audit log stores.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+def new_id(prefix: str = "") -> str:
+    """A short random id, optionally prefixed (``turn_``, ``msg_`` …)."""
+    return f"{prefix}{uuid.uuid4().hex[:16]}"
+
+
+def now() -> float:
+    return time.time()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------
+# Chat history
+# --------------------------------------------------------------------------
+
+
+class ToolCall(_Model):
+    """One call the model asked for.
+
+    ``arguments`` is a dict, or the raw text when the model sent arguments
+    that are not a JSON object (the runner answers that with
+    ``invalid_arguments``).
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class ThinkingBlock(_Model):
+    """Reasoning the provider returned; sent back with its signature."""
+
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+
+
+class UserMessage(_Model):
+    """Input to a turn: a person, another persona, a wake, or the harness."""
+
+    kind: Literal["user"] = "user"
+    text: str
+    source: str = "user"
+    ts: float = Field(default_factory=now)
+
+
+class AssistantMessage(_Model):
+    """A model reply: text, thinking, and the tool calls it asked for."""
+
+    kind: Literal["assistant"] = "assistant"
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    thinking: list[ThinkingBlock] = Field(default_factory=list)
+    # OpenAI-compatible reasoning providers return this beside the content.
+    reasoning_content: str | None = None
+    ts: float = Field(default_factory=now)
+
+
+class ToolResultMessage(_Model):
+    """The string result of one tool call, fed back to the model."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str
+    error_kind: str | None = None
+    ts: float = Field(default_factory=now)
+
+
+ChatMessage = Annotated[
+    UserMessage | AssistantMessage | ToolResultMessage, Field(discriminator="kind")
+]
+chat_message_adapter: TypeAdapter[ChatMessage] = TypeAdapter(ChatMessage)
+chat_history_adapter: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
+
+
+# --------------------------------------------------------------------------
+# Model requests and responses (provider-neutral)
+# --------------------------------------------------------------------------
+
+
+class ToolDefinition(_Model):
+    """What the model sees of a tool: name, description, JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolChoiceAuto(_Model):
+    kind: Literal["auto"] = "auto"
+
+
+class ToolChoiceNone(_Model):
+    kind: Literal["none"] = "none"
+
+
+class ToolChoiceNamed(_Model):
+    kind: Literal["named"] = "named"
+    name: str
+
+
+ToolChoice = Annotated[
+    ToolChoiceAuto | ToolChoiceNone | ToolChoiceNamed, Field(discriminator="kind")
+]
+
+
+class ModelRequest(_Model):
+    """One call to a model: system prompt, history, tools and settings."""
+
+    system: str
+    messages: list[ChatMessage]
+    tools: list[ToolDefinition] = Field(default_factory=list)
+    tool_choice: ToolChoice = Field(default_factory=ToolChoiceAuto)
+    thinking: bool = False
+    max_tokens: int = 4096
+    # 1-based index of this model call within the current turn.
+    step: int = 1
+
+
+class Usage(_Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ModelResponse(_Model):
+    message: AssistantMessage
+    usage: Usage = Field(default_factory=Usage)
+    provider: str
+    model: str
+    stop_reason: str | None = None
+
+
+# --------------------------------------------------------------------------
+# Envelopes: what travels between actors
+# --------------------------------------------------------------------------
+
+TurnContextKind = Literal["user", "heartbeat", "cron", "subagent", "eval"]
+
+
+class Origin(_Model):
+    """Where a message came from and where its answer should go."""
+
+    connector: str = "api"
+    destination: str | None = None
+
+
+class MessageEnvelope(_Model):
+    """Text for a persona's conversation; the reply correlates by ``id``."""
+
+    kind: Literal["message"] = "message"
+    id: str = Field(default_factory=lambda: new_id("msg_"))
+    sender: str = "user"
+    recipient: str
+    conversation_id: str
+    text: str
+    context: TurnContextKind = "user"
+    origin: Origin = Field(default_factory=Origin)
+    deadline: float | None = None
+    # Personas currently waiting on this message, outermost first.
+    ask_path: list[str] = Field(default_factory=list)
+
+
+TurnStatus = Literal["ok", "skipped", "failed", "error"]
+
+
+class ReplyEnvelope(_Model):
+    """The outcome of the turn that answered a message."""
+
+    kind: Literal["reply"] = "reply"
+    id: str = Field(default_factory=lambda: new_id("rep_"))
+    reply_to: str
+    sender: str
+    conversation_id: str
+    turn_id: str
+    text: str
+    status: TurnStatus = "ok"
+    error: str | None = None
+    steps: int = 0
+
+
+Envelope = Annotated[MessageEnvelope | ReplyEnvelope, Field(discriminator="kind")]
+envelope_adapter: TypeAdapter[Envelope] = TypeAdapter(Envelope)
+
+
+# --------------------------------------------------------------------------
+# Turn events: what the audit log records
+# --------------------------------------------------------------------------
+
+
+class _Event(_Model):
+    ts: float = Field(default_factory=now)
+    persona: str
+    conversation_id: str
+    turn_id: str
+
+
+class TurnStarted(_Event):
+    kind: Literal["turn_started"] = "turn_started"
+    context: TurnContextKind = "user"
+    message_ids: list[str] = Field(default_factory=list)
+
+
+class HistoryAppended(_Event):
+    """A chat message added to a conversation (enough to rebuild it)."""
+
+    kind: Literal["chat_message"] = "chat_message"
+    message: ChatMessage
+
+
+class ModelCalled(_Event):
+    kind: Literal["model_call"] = "model_call"
+    provider: str
+    model: str
+    step: int
+    latency_ms: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+class ToolCalled(_Event):
+    kind: Literal["tool_call"] = "tool_call"
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] | str
+
+
+class ToolFinished(_Event):
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    tool: str
+    duration_ms: float
+    error_kind: str | None = None
+    result: str
+
+
+class TurnEnded(_Event):
+    kind: Literal["turn_ended"] = "turn_ended"
+    status: TurnStatus
+    steps: int
+    duration_ms: float
+    error: str | None = None
+
+
+class EnvelopeEvent(_Event):
+    """An envelope delivered to, or sent from, a persona."""
+
+    kind: Literal["envelope"] = "envelope"
+    envelope: Envelope
+
+
+TurnEvent = Annotated[
+    TurnStarted | HistoryAppended | ModelCalled | ToolCalled | ToolFinished | TurnEnded
+    | EnvelopeEvent,
+    Field(discriminator="kind"),
+]
+turn_event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
+
+__all__ = [
+    "AssistantMessage",
+    "ChatMessage",
+    "Envelope",
+    "EnvelopeEvent",
+    "HistoryAppended",
+    "MessageEnvelope",
+    "ModelCalled",
+    "ModelRequest",
+    "ModelResponse",
+    "Origin",
+    "ReplyEnvelope",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolCalled",
+    "ToolChoice",
+    "ToolChoiceAuto",
+    "ToolChoiceNamed",
+    "ToolChoiceNone",
+    "ToolDefinition",
+    "ToolFinished",
+    "ToolResultMessage",
+    "TurnContextKind",
+    "TurnEnded",
+    "TurnEvent",
+    "TurnStarted",
+    "TurnStatus",
+    "Usage",
+    "UserMessage",
+    "chat_history_adapter",
+    "chat_message_adapter",
+    "envelope_adapter",
+    "new_id",
+    "turn_event_adapter",
+]

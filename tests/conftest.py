@@ -1,0 +1,39 @@
+"""Shared fixtures.
+
+Ray is started once per session (``num_cpus=2``); ``RAY_ADDRESS`` joins an
+existing cluster instead. Real network model calls are refused: provider API
+keys are removed from the environment and tests talk to local servers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+for _var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "EXA_API_KEY"):
+    os.environ.pop(_var, None)
+# The SDKs must never reach a real endpoint from the tests.
+os.environ["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
+os.environ["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9"
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """A Ray cluster for the whole test session."""
+    import ray
+
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, namespace="coterie-tests", log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=2,
+                namespace="coterie-tests",
+                include_dashboard=False,
+                log_to_driver=False,
+            )
+    yield
+    ray.shutdown()
