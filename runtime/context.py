@@ -1,0 +1,122 @@
+"""The turn context: what a tool sees of the turn that called it.
+
+Tools reach other actors only through the services here — small protocols
+defined in ``runtime`` and implemented by ``actors`` (faked in unit tests).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from runtime.config import ThinkingMode, ToolFilter
+from runtime.messages import ChatMessage, TurnContextKind, TurnEvent
+
+BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
+
+
+class AuditSink(Protocol):
+    """Where turn events go; buffered by the implementation."""
+
+    def record(self, event: TurnEvent) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class NullAudit:
+    """An audit sink that keeps events in a list (tests, in-process runs)."""
+
+    def __init__(self) -> None:
+        self.events: list[TurnEvent] = []
+
+    def record(self, event: TurnEvent) -> None:
+        self.events.append(event)
+
+    async def flush(self) -> None:
+        return None
+
+
+class TodoItem(BaseModel):
+    """One entry of a conversation's todo list."""
+
+    content: str = Field(min_length=1, max_length=500)
+    status: Literal["pending", "in_progress", "completed"] = "pending"
+    priority: Literal["high", "medium", "low"] = "medium"
+
+
+class EndTask(BaseModel):
+    """What ``end_task`` recorded: the turn's classification."""
+
+    status: Literal["ok", "skipped", "failed"]
+    summary: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class Conversation:
+    """One conversation's state held by its persona."""
+
+    id: str
+    history: list[ChatMessage] = field(default_factory=list)
+    todos: list[TodoItem] = field(default_factory=list)
+
+
+@dataclass
+class Services:
+    """Handles to the rest of the runtime; each may be absent."""
+
+    audit: AuditSink = field(default_factory=NullAudit)
+    # Filled in by later capabilities (router, memory, processes, scheduler).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TurnContext:
+    """Everything a tool may read or change about the running turn."""
+
+    persona: str
+    conversation: Conversation
+    turn_id: str
+    context: TurnContextKind = "user"
+    depth: int = 0
+    tool_filter: ToolFilter = field(default_factory=ToolFilter)
+    thinking_mode: ThinkingMode = "auto"
+    force_thinking: bool = False
+    end_task: EndTask | None = None
+    think_reason: str | None = None
+    services: Services = field(default_factory=Services)
+    spill_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "coterie-spill")
+    workspace: Path | None = None
+
+    @property
+    def conversation_id(self) -> str:
+        return self.conversation.id
+
+    @property
+    def thinking_on(self) -> bool:
+        """Resolved thinking: escalation > persona setting > context default."""
+        if self.force_thinking or self.thinking_mode == "on":
+            return True
+        if self.thinking_mode == "off":
+            return False
+        return self.context != "user"
+
+    @property
+    def audit(self) -> AuditSink:
+        return self.services.audit
+
+
+__all__ = [
+    "BACKGROUND_CONTEXTS",
+    "AuditSink",
+    "Conversation",
+    "EndTask",
+    "NullAudit",
+    "Services",
+    "TodoItem",
+    "TurnContext",
+]

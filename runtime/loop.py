@@ -1,0 +1,260 @@
+"""The tool loop: one turn of a persona on one conversation.
+
+1. assemble the request (system prompt, history, filtered tools);
+2. call the model;
+3. run the reply's tool calls concurrently, results back in call order;
+4. repeat until a reply without tool calls, a terminal tool (``end_task``),
+   or ``max_steps`` — after which tools are withdrawn and a text summary is
+   required.
+
+Guards: the second identical consecutive call turns thinking on, the third is
+blocked (``allow_repeat`` tools are exempt); a background turn (heartbeat,
+cron) that ends in plain text gets one forced ``end_task`` follow-up.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from runtime.context import BACKGROUND_CONTEXTS, TurnContext
+from runtime.errors import ModelError
+from runtime.messages import (
+    AssistantMessage,
+    ChatMessage,
+    HistoryAppended,
+    ModelCalled,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceAuto,
+    ToolChoiceNamed,
+    ToolChoiceNone,
+    ToolResultMessage,
+    TurnStatus,
+    UserMessage,
+)
+from runtime.models.base import Model
+from runtime.runner import ToolRunner, error_result
+from runtime.tool import ToolRegistry, ToolSpec
+
+STEP_LIMIT_NOTE = (
+    "[harness] The step limit of this turn ({max_steps} model calls) is reached. "
+    "Tools are now disabled: reply with a short text summary of what was done "
+    "and what is left."
+)
+END_TASK_NOTE = (
+    "[harness] This background turn ended in plain text. Classify it now by "
+    "calling end_task (ok, skipped or failed)."
+)
+
+
+@dataclass
+class TurnResult:
+    """How a turn ended and what it said."""
+
+    text: str
+    status: TurnStatus = "ok"
+    steps: int = 0
+    summary: str | None = None
+    new_messages: list[ChatMessage] = field(default_factory=list)
+
+
+def call_key(call: ToolCall) -> str:
+    """Name plus canonical arguments: what makes two calls identical."""
+    args = call.arguments
+    canon = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
+    return f"{call.name}\x00{canon}"
+
+
+class RepeatGuard:
+    """Counts identical consecutive calls across the steps of one turn."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.count = 0
+
+    def check(self, calls: list[ToolCall], tools: dict[str, ToolSpec], ctx: TurnContext) -> dict[int, str]:
+        """Update the count; force thinking on a 2nd repeat; block 3rd+."""
+        blocked: dict[int, str] = {}
+        for i, call in enumerate(calls):
+            spec = tools.get(call.name)
+            if spec is not None and spec.allow_repeat:
+                continue
+            key = call_key(call)
+            self.count = self.count + 1 if key == self.last else 1
+            self.last = key
+            if self.count == 2:
+                ctx.force_thinking = True
+            elif self.count >= 3:
+                blocked[i] = error_result(
+                    "repeated_call",
+                    f"identical call to {call.name} made {self.count} times in a row; "
+                    "it was not run again. Change the arguments or take another step.",
+                )
+        return blocked
+
+
+class TurnLoop:
+    """Runs turns for one persona: model, registry, runner and limits."""
+
+    def __init__(
+        self,
+        *,
+        model: Model,
+        registry: ToolRegistry,
+        runner: ToolRunner | None = None,
+        max_steps: int = 12,
+        max_tokens: int = 4096,
+    ) -> None:
+        self.model = model
+        self.registry = registry
+        self.runner = runner or ToolRunner()
+        self.max_steps = max_steps
+        self.max_tokens = max_tokens
+
+    async def run(self, ctx: TurnContext, *, system: str) -> TurnResult:
+        """Run one turn on ``ctx.conversation`` (its new input already appended)."""
+        result = TurnResult(text="")
+        guard = RepeatGuard()
+        last_text = ""
+        while True:
+            if result.steps >= self.max_steps:
+                self._append(ctx, result, UserMessage(
+                    text=STEP_LIMIT_NOTE.format(max_steps=self.max_steps), source="harness"
+                ))
+                reply = await self._call(ctx, system, result, {}, ToolChoiceNone())
+                result.text = reply.text or last_text
+                return result
+            tools = self.registry.visible(ctx)
+            reply = await self._call(ctx, system, result, tools, ToolChoiceAuto())
+            if reply.text:
+                last_text = reply.text
+            if not reply.tool_calls:
+                if ctx.context in BACKGROUND_CONTEXTS and "end_task" in tools:
+                    await self._force_end_task(ctx, system, result, tools)
+                result.text = last_text
+                return self._finish(ctx, result)
+            blocked = guard.check(reply.tool_calls, tools, ctx)
+            await self._run_tools(ctx, result, reply.tool_calls, tools, blocked)
+            if ctx.end_task is not None:
+                result.text = last_text
+                return self._finish(ctx, result)
+
+    # ------------------------------------------------------------------
+
+    def _finish(self, ctx: TurnContext, result: TurnResult) -> TurnResult:
+        if ctx.end_task is not None:
+            result.status = ctx.end_task.status
+            result.summary = ctx.end_task.summary or ctx.end_task.reason
+            if not result.text and result.summary:
+                result.text = result.summary
+        return result
+
+    async def _force_end_task(
+        self, ctx: TurnContext, system: str, result: TurnResult, tools: dict[str, ToolSpec]
+    ) -> None:
+        self._append(ctx, result, UserMessage(text=END_TASK_NOTE, source="harness"))
+        only = {"end_task": tools["end_task"]}
+        saved, ctx.force_thinking = ctx.force_thinking, False
+        reply = await self._call(ctx, system, result, only, ToolChoiceNamed(name="end_task"))
+        ctx.force_thinking = saved
+        calls = [c for c in reply.tool_calls if c.name == "end_task"][:1]
+        if calls:
+            await self._run_tools(ctx, result, calls, only, {})
+
+    async def _run_tools(
+        self,
+        ctx: TurnContext,
+        result: TurnResult,
+        calls: list[ToolCall],
+        tools: dict[str, ToolSpec],
+        blocked: dict[int, str],
+    ) -> None:
+        outcomes = await self.runner.run_calls(calls, ctx, tools, blocked=blocked)
+        for outcome in outcomes:
+            self._append(
+                ctx,
+                result,
+                ToolResultMessage(
+                    call_id=outcome.call.id,
+                    name=outcome.call.name,
+                    content=outcome.content,
+                    error_kind=outcome.error_kind,
+                ),
+            )
+
+    async def _call(
+        self,
+        ctx: TurnContext,
+        system: str,
+        result: TurnResult,
+        tools: dict[str, ToolSpec],
+        choice: ToolChoice,
+    ) -> AssistantMessage:
+        result.steps += 1
+        request = ModelRequest(
+            system=system,
+            messages=list(ctx.conversation.history),
+            tools=[spec.definition() for spec in tools.values()],
+            tool_choice=choice,
+            thinking=ctx.thinking_on,
+            max_tokens=self.max_tokens,
+            step=result.steps,
+        )
+        started = time.perf_counter()
+        try:
+            response: ModelResponse = await self.model.request(request)
+        except ModelError as exc:
+            self._record_call(ctx, result, started, error=str(exc))
+            raise
+        self._record_call(ctx, result, started, response=response)
+        message = response.message
+        if choice.kind == "none" and message.tool_calls:
+            # Tools were withdrawn; a model that calls one anyway gets its text kept only.
+            message = message.model_copy(update={"tool_calls": []})
+        self._append(ctx, result, message)
+        return message
+
+    def _record_call(
+        self,
+        ctx: TurnContext,
+        result: TurnResult,
+        started: float,
+        *,
+        response: ModelResponse | None = None,
+        error: str | None = None,
+    ) -> None:
+        ctx.audit.record(
+            ModelCalled(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                provider=response.provider if response else self.model.provider,
+                model=response.model if response else self.model.name,
+                step=result.steps,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                input_tokens=response.usage.input_tokens if response else 0,
+                output_tokens=response.usage.output_tokens if response else 0,
+                tool_calls=len(response.message.tool_calls) if response else 0,
+                stop_reason=response.stop_reason if response else None,
+                error=error,
+            )
+        )
+
+    def _append(self, ctx: TurnContext, result: TurnResult, message: ChatMessage) -> None:
+        ctx.conversation.history.append(message)
+        result.new_messages.append(message)
+        ctx.audit.record(
+            HistoryAppended(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                message=message,
+            )
+        )
+
+
+__all__ = ["RepeatGuard", "TurnLoop", "TurnResult", "call_key"]

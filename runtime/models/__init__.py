@@ -1,0 +1,36 @@
+"""Model providers behind one contract; SDK-backed ones load lazily."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from runtime.config import (
+    AnthropicModelConfig,
+    ModelConfig,
+    OpenAIModelConfig,
+    ScriptedModelConfig,
+)
+from runtime.models.base import Model
+from runtime.models.scripted import FunctionModel, RulesModel, ScriptedModel, tool_call
+
+
+def build_model(config: ModelConfig) -> Model:
+    """The provider for a persona's ``model:`` block.
+
+    The SDK modules are imported only for the provider actually used, so a
+    scripted persona's process never loads ``openai`` or ``anthropic``.
+    """
+    if isinstance(config, ScriptedModelConfig):
+        return RulesModel(config)
+    if isinstance(config, OpenAIModelConfig):
+        from runtime.models.openai_chat import OpenAIChatModel
+
+        return OpenAIChatModel(config)
+    if isinstance(config, AnthropicModelConfig):
+        from runtime.models.anthropic_messages import AnthropicModel
+
+        return AnthropicModel(config)
+    assert_never(config)
+
+
+__all__ = ["FunctionModel", "Model", "RulesModel", "ScriptedModel", "build_model", "tool_call"]

@@ -1,0 +1,220 @@
+"""Models that need no network: scripted steps, a function, YAML rules.
+
+They ship in the package (not in ``tests/``) because the demo, the tests and
+the benchmarks all drive personas with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from runtime.config import ScriptedModelConfig, ScriptedRule
+from runtime.errors import ModelError
+from runtime.messages import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    new_id,
+    now,
+)
+
+Reply = AssistantMessage | str
+StepFn = Callable[[ModelRequest], Reply | Awaitable[Reply]]
+
+
+def _as_message(reply: Reply) -> AssistantMessage:
+    return AssistantMessage(text=reply) if isinstance(reply, str) else reply
+
+
+def _usage(request: ModelRequest, message: AssistantMessage) -> Usage:
+    # About four characters a token: rough, but cheap and never zero.
+    chars_in = len(request.system)
+    for m in request.messages:
+        chars_in += len(m.content) if isinstance(m, ToolResultMessage) else len(m.text)
+    chars_out = len(message.text) + sum(len(str(c.arguments)) for c in message.tool_calls)
+    return Usage(input_tokens=chars_in // 4, output_tokens=max(1, chars_out // 4))
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str | None = None) -> ToolCall:
+    """A tool call with a fresh id, for building scripted replies."""
+    return ToolCall(id=new_id("call_"), name=name, arguments=arguments or {})
+
+
+async def _resolve(step: Reply | StepFn, request: ModelRequest) -> AssistantMessage:
+    if callable(step):
+        result = step(request)
+        if inspect.isawaitable(result):
+            result = await result
+        return _as_message(result).model_copy(update={"ts": now()})
+    # A copy stamped now: one scripted step may be replayed in later turns.
+    return _as_message(step).model_copy(deep=True, update={"ts": now()})
+
+
+class ScriptedModel:
+    """Answers with the given steps in order and records every request.
+
+    A step is an :class:`AssistantMessage`, a plain string, or a function of
+    the request. Running out of steps raises :class:`ModelError`;
+    :meth:`assert_consumed` checks that every step was used.
+    """
+
+    provider = "scripted"
+
+    def __init__(
+        self, steps: Sequence[Reply | StepFn], *, name: str = "scripted", latency: float = 0.0
+    ) -> None:
+        self.name = name
+        self.steps = list(steps)
+        self.latency = latency
+        self.requests: list[ModelRequest] = []
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        index = len(self.requests) - 1
+        if index >= len(self.steps):
+            raise ModelError(
+                f"ScriptedModel {self.name!r} has {len(self.steps)} steps; "
+                f"request {index + 1} has none"
+            )
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        message = await _resolve(self.steps[index], request)
+        return ModelResponse(
+            message=message,
+            usage=_usage(request, message),
+            provider=self.provider,
+            model=self.name,
+            stop_reason="tool_use" if message.tool_calls else "end_turn",
+        )
+
+    def assert_consumed(self) -> None:
+        if len(self.requests) != len(self.steps):
+            raise AssertionError(
+                f"ScriptedModel {self.name!r}: {len(self.steps)} steps, "
+                f"{len(self.requests)} requests"
+            )
+
+    async def aclose(self) -> None:
+        return None
+
+
+class FunctionModel:
+    """Answers every request by calling ``fn(request)`` (sync or async)."""
+
+    provider = "function"
+
+    def __init__(self, fn: StepFn, *, name: str = "function", latency: float = 0.0) -> None:
+        self.name = name
+        self.fn = fn
+        self.latency = latency
+        self.requests: list[ModelRequest] = []
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        message = await _resolve(self.fn, request)
+        return ModelResponse(
+            message=message,
+            usage=_usage(request, message),
+            provider=self.provider,
+            model=self.name,
+            stop_reason="tool_use" if message.tool_calls else "end_turn",
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+
+def latest_user_text(request: ModelRequest) -> str:
+    """Text of the newest user/inbox message in the request."""
+    for message in reversed(request.messages):
+        if isinstance(message, UserMessage):
+            return message.text
+    return ""
+
+
+def last_tool_result(request: ModelRequest) -> str:
+    """Content of the newest tool result in the request, or ''."""
+    for message in reversed(request.messages):
+        if isinstance(message, ToolResultMessage):
+            return message.content
+        if isinstance(message, UserMessage):
+            break
+    return ""
+
+
+class RulesModel:
+    """The ``provider: scripted`` model of persona.yaml.
+
+    Rules are tried in order; the first whose ``when`` matches answers.
+    ``turn`` is the 1-based model call within the current turn, ``contains``
+    matches the latest user/inbox text case-insensitively, and
+    ``{last_tool_result}`` in a rule's text is replaced by the newest tool
+    result. ``default`` answers when nothing matches.
+    """
+
+    provider = "scripted"
+
+    def __init__(self, config: ScriptedModelConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.requests_seen = 0
+
+    def _matches(self, rule: ScriptedRule, request: ModelRequest) -> bool:
+        when = rule.when
+        if when.turn is not None and when.turn != request.step:
+            return False
+        return not (
+            when.contains is not None
+            and when.contains.lower() not in latest_user_text(request).lower()
+        )
+
+    def answer(self, request: ModelRequest) -> AssistantMessage:
+        """The reply the rules give for ``request`` (no latency)."""
+        forced = request.tool_choice
+        for rule in self.config.rules:
+            if not self._matches(rule, request):
+                continue
+            text = (rule.text or "").replace("{last_tool_result}", last_tool_result(request))
+            calls = [tool_call(c.name, c.arguments) for c in rule.tool_calls]
+            if forced.kind == "none":
+                calls = []
+            return AssistantMessage(text=text, tool_calls=calls)
+        if forced.kind == "named":
+            # The loop pinned a tool (e.g. end_task after a background turn).
+            return AssistantMessage(tool_calls=[tool_call(forced.name, {"status": "ok"})])
+        return AssistantMessage(text=self.config.default)
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        self.requests_seen += 1
+        if self.config.latency_ms:
+            await asyncio.sleep(self.config.latency_ms / 1000)
+        message = self.answer(request)
+        return ModelResponse(
+            message=message,
+            usage=_usage(request, message),
+            provider=self.provider,
+            model=self.name,
+            stop_reason="tool_use" if message.tool_calls else "end_turn",
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+
+__all__ = [
+    "FunctionModel",
+    "RulesModel",
+    "ScriptedModel",
+    "last_tool_result",
+    "latest_user_text",
+    "tool_call",
+]

@@ -1,0 +1,218 @@
+"""Running the tool calls of one assistant message.
+
+The reliability contract: every outcome is a string the model can read, and
+no tool can wedge a turn. Failures come back as JSON error strings:
+
+``timeout``, ``crashed``, ``unknown_tool``, ``invalid_arguments`` (with the
+schema echoed), ``repeated_call`` (blocked by the loop's guard) and
+``runner_exception`` (the runner itself failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from runtime.context import TurnContext
+from runtime.messages import ToolCall, ToolCalled, ToolFinished
+from runtime.tool import ToolSpec
+
+log = logging.getLogger("coterie.tools")
+
+DEFAULT_OUTPUT_CAP = 16_000
+
+
+@dataclass
+class ToolOutcome:
+    """The result of one call, in the string form the model reads."""
+
+    call: ToolCall
+    content: str
+    error_kind: str | None = None
+    duration_ms: float = 0.0
+    terminal: bool = False
+
+
+def error_result(kind: str, detail: Any = None, **extra: Any) -> str:
+    """The JSON string for a failed call: ``{"error": kind, "detail": …}``."""
+    body: dict[str, Any] = {"error": kind}
+    if detail is not None:
+        body["detail"] = detail
+    body.update(extra)
+    return json.dumps(body, ensure_ascii=False, default=str)
+
+
+def to_text(value: Any) -> str:
+    """A tool's return value as the string the model will read."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if value is None:
+        return "ok"
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def cap_output(text: str, *, cap: int, spill_path: Path) -> str:
+    """Keep head and tail of an over-long result; spill the whole to disk.
+
+    The marker names how many characters were cut, from where, and the file
+    that holds the full text.
+    """
+    if len(text) <= cap:
+        return text
+    spill_path.parent.mkdir(parents=True, exist_ok=True)
+    spill_path.write_text(text, encoding="utf-8")
+    head = int(cap * 0.6)
+    tail = cap - head
+    cut = len(text) - head - tail
+    marker = (
+        f"\n\n[... {cut} of {len(text)} characters cut from the middle "
+        f"(kept the first {head} and the last {tail}); full output: {spill_path} ...]\n\n"
+    )
+    return text[:head] + marker + text[-tail:]
+
+
+def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {"loc": ".".join(str(p) for p in e["loc"]) or "(arguments)", "msg": e["msg"]}
+        for e in exc.errors()
+    ]
+
+
+class ToolRunner:
+    """Runs calls concurrently, each under its own timeout, in call order."""
+
+    def __init__(self, *, output_cap: int = DEFAULT_OUTPUT_CAP, timeout: float | None = None):
+        self.output_cap = output_cap
+        # Overrides every tool's own timeout when set (persona tool_timeout).
+        self.timeout = timeout
+
+    async def run_calls(
+        self,
+        calls: Sequence[ToolCall],
+        ctx: TurnContext,
+        tools: Mapping[str, ToolSpec],
+        *,
+        blocked: Mapping[int, str] | None = None,
+    ) -> list[ToolOutcome]:
+        """Run ``calls`` concurrently; results return in the original order.
+
+        ``blocked`` maps a call's index to a ready error result (the repeat
+        guard); those calls do not run.
+        """
+        blocked = blocked or {}
+        jobs = [
+            self._blocked(call, blocked[i]) if i in blocked else self._guarded(call, ctx, tools)
+            for i, call in enumerate(calls)
+        ]
+        return list(await asyncio.gather(*jobs))
+
+    async def _blocked(self, call: ToolCall, content: str) -> ToolOutcome:
+        return ToolOutcome(call=call, content=content, error_kind=json.loads(content)["error"])
+
+    async def _guarded(
+        self, call: ToolCall, ctx: TurnContext, tools: Mapping[str, ToolSpec]
+    ) -> ToolOutcome:
+        started = time.perf_counter()
+        ctx.audit.record(
+            ToolCalled(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments,
+            )
+        )
+        try:
+            outcome = await self._run_one(call, ctx, tools)
+        except Exception as exc:  # the runner's own failure, never the tool's
+            log.exception("tool runner failed on %s", call.name)
+            outcome = ToolOutcome(
+                call=call,
+                content=error_result("runner_exception", f"{type(exc).__name__}: {exc}"),
+                error_kind="runner_exception",
+            )
+        outcome.duration_ms = (time.perf_counter() - started) * 1000
+        ctx.audit.record(
+            ToolFinished(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                call_id=call.id,
+                tool=call.name,
+                duration_ms=outcome.duration_ms,
+                error_kind=outcome.error_kind,
+                result=outcome.content,
+            )
+        )
+        return outcome
+
+    async def _run_one(
+        self, call: ToolCall, ctx: TurnContext, tools: Mapping[str, ToolSpec]
+    ) -> ToolOutcome:
+        spec = tools.get(call.name)
+        if spec is None:
+            detail = f"no tool named {call.name!r}; available: {', '.join(sorted(tools))}"
+            return ToolOutcome(call, error_result("unknown_tool", detail), "unknown_tool")
+
+        raw = call.arguments
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as exc:
+                return self._invalid(call, spec, f"arguments are not valid JSON: {exc}")
+        if not isinstance(raw, dict):
+            return self._invalid(call, spec, "arguments must be a JSON object")
+        try:
+            args = spec.args_model.model_validate(raw)
+        except ValidationError as exc:
+            return self._invalid(call, spec, _validation_detail(exc))
+
+        timeout = self.timeout or spec.timeout
+        task = asyncio.ensure_future(spec.fn(args, ctx))
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            # Cancel without awaiting: a tool that swallows cancellation must
+            # not hold the turn hostage.
+            task.cancel()
+            task.add_done_callback(_consume)
+            detail = f"{call.name} did not finish within {timeout:g} s"
+            return ToolOutcome(call, error_result("timeout", detail), "timeout")
+        if task.cancelled():
+            return ToolOutcome(call, error_result("crashed", "the tool was cancelled"), "crashed")
+        exc = task.exception()
+        if exc is not None:
+            detail = f"{type(exc).__name__}: {exc}"
+            return ToolOutcome(call, error_result("crashed", detail), "crashed")
+        value = task.result()
+        if inspect.isawaitable(value):  # a tool that returned a coroutine by mistake
+            value = await value
+        text = cap_output(
+            to_text(value),
+            cap=self.output_cap,
+            spill_path=ctx.spill_dir / ctx.turn_id / f"{call.id}.txt",
+        )
+        return ToolOutcome(call, text, None, terminal=spec.terminal)
+
+    def _invalid(self, call: ToolCall, spec: ToolSpec, detail: Any) -> ToolOutcome:
+        content = error_result("invalid_arguments", detail, schema=spec.schema())
+        return ToolOutcome(call, content, "invalid_arguments")
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+__all__ = ["ToolOutcome", "ToolRunner", "cap_output", "error_result", "to_text"]

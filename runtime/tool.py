@@ -1,0 +1,162 @@
+"""The tool contract and the registry.
+
+A tool is a typed async function ``fn(args, ctx)``: ``args`` is one pydantic
+model — the single source of the JSON schema the model sees and of argument
+validation — and ``ctx`` is the :class:`~runtime.context.TurnContext`, never
+part of the schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from runtime.context import TurnContext
+from runtime.messages import ToolDefinition
+
+ToolFn = Callable[[Any, TurnContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A registered tool and the rules for offering it."""
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    fn: ToolFn
+    timeout: float = 30.0
+    contexts: Literal["all"] | frozenset[str] = "all"
+    allow_repeat: bool = False
+    # A successful call ends the turn (end_task).
+    terminal: bool = False
+    # Delegation tools are withheld from subagents (depth > 0).
+    delegation: bool = False
+    available: Callable[[TurnContext], bool] | None = None
+    customize: Callable[[ToolSpec, TurnContext], ToolSpec | None] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of the arguments, straight from the pydantic model."""
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        schema.setdefault("properties", {})
+        return schema
+
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(name=self.name, description=self.description, parameters=self.schema())
+
+    def offered_in(self, context: str) -> bool:
+        return self.contexts == "all" or context in self.contexts
+
+
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = 30.0,
+    contexts: Literal["all"] | Iterable[str] = "all",
+    allow_repeat: bool = False,
+    terminal: bool = False,
+    delegation: bool = False,
+    available: Callable[[TurnContext], bool] | None = None,
+    customize: Callable[[ToolSpec, TurnContext], ToolSpec | None] | None = None,
+) -> Callable[[ToolFn], ToolSpec]:
+    """Turn ``async def fn(args: ArgsModel, ctx: TurnContext)`` into a :class:`ToolSpec`.
+
+    The argument model comes from the annotation of the first parameter and
+    the description from the docstring unless given.
+    """
+
+    def wrap(fn: ToolFn) -> ToolSpec:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"tool {fn.__name__!r} must be an async function")
+        params = list(inspect.signature(fn).parameters)
+        if len(params) != 2:
+            raise TypeError(f"tool {fn.__name__!r} must take (args, ctx)")
+        hints = typing.get_type_hints(fn)
+        args_model = hints.get(params[0])
+        if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
+            raise TypeError(f"tool {fn.__name__!r}: first parameter must be a pydantic model")
+        desc = description or inspect.cleandoc(fn.__doc__ or "")
+        if not desc:
+            raise TypeError(f"tool {fn.__name__!r} needs a description or docstring")
+        return ToolSpec(
+            name=name or fn.__name__,
+            description=desc,
+            args_model=args_model,
+            fn=fn,
+            timeout=timeout,
+            contexts="all" if contexts == "all" else frozenset(contexts),
+            allow_repeat=allow_repeat,
+            terminal=terminal,
+            delegation=delegation,
+            available=available,
+            customize=customize,
+        )
+
+    return wrap
+
+
+def matches_any(name: str, patterns: Iterable[str]) -> bool:
+    """Whether ``name`` matches one of the shell-style patterns (``mcp_*``)."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+class ToolRegistry:
+    """All tools known to a persona; :meth:`visible` applies the filters."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: ToolSpec) -> None:
+        if spec.name in self._specs:
+            raise ValueError(f"a tool named {spec.name!r} is already registered")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def visible(self, ctx: TurnContext) -> dict[str, ToolSpec]:
+        """The tools offered on this turn, by name, after every filter.
+
+        Filters are intersected: per-context availability, the persona's
+        allow/deny patterns, depth (no delegation below the top), the tool's
+        own ``available(ctx)``, then its optional ``customize(spec, ctx)``.
+        """
+        offered: dict[str, ToolSpec] = {}
+        allow, deny = ctx.tool_filter.allow, ctx.tool_filter.deny
+        for spec in self._specs.values():
+            if not spec.offered_in(ctx.context):
+                continue
+            if not matches_any(spec.name, allow) or matches_any(spec.name, deny):
+                continue
+            if spec.delegation and ctx.depth > 0:
+                continue
+            if spec.available is not None and not spec.available(ctx):
+                continue
+            final: ToolSpec | None = spec
+            if spec.customize is not None:
+                final = spec.customize(spec, ctx)
+                if final is not None and final.name != spec.name:
+                    final = dataclasses.replace(final, name=spec.name)
+            if final is not None:
+                offered[final.name] = final
+        return offered
+
+
+__all__ = ["ToolFn", "ToolRegistry", "ToolSpec", "matches_any", "tool"]

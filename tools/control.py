@@ -1,0 +1,124 @@
+"""Control tools: clock, end_task, think_harder, todo_write, todo_read."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, Field
+
+from runtime.context import EndTask, TodoItem, TurnContext
+from runtime.tool import tool
+
+THINK_REASON_MAX = 80
+TODO_MAX_ITEMS = 100
+
+
+def schedule_timezone() -> ZoneInfo:
+    """``$COTERIE_TIMEZONE`` (an IANA name), default UTC."""
+    name = os.environ.get("COTERIE_TIMEZONE", "UTC")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+class ClockArgs(BaseModel):
+    format: Literal["iso8601", "time_only", "full"] = Field(
+        default="iso8601",
+        description="iso8601: 2026-11-29T14:30:00+00:00; time_only: 14:30:00; "
+        "full: weekday, date, time and timezone",
+    )
+
+
+@tool(name="clock", timeout=30, allow_repeat=True)
+async def clock(args: ClockArgs, ctx: TurnContext) -> str:
+    """Current wall-clock time in the runtime's timezone. Today's date is already
+    in the system prompt; use this when the exact time matters."""
+    tz = schedule_timezone()
+    now = datetime.now(tz).replace(microsecond=0)
+    if args.format == "time_only":
+        return now.strftime("%H:%M:%S")
+    if args.format == "full":
+        return now.strftime(f"%A %Y-%m-%d %H:%M:%S in {tz.key}")
+    return now.isoformat()
+
+
+class EndTaskArgs(BaseModel):
+    status: Literal["ok", "skipped", "failed"] = Field(
+        description="ok: the task is done; skipped: nothing to do (in an inbox thread "
+        "this ends it without a reply); failed: the task could not be completed"
+    )
+    summary: str | None = Field(default=None, max_length=2000, description="what was done")
+    reason: str | None = Field(default=None, max_length=500, description="why, if not ok")
+
+
+@tool(name="end_task", timeout=30, terminal=True)
+async def end_task(args: EndTaskArgs, ctx: TurnContext) -> str:
+    """End the current turn now with a status. Nothing runs after it in this
+    turn. Use skipped when there was nothing to do, failed when the task could
+    not be completed."""
+    ctx.end_task = EndTask(status=args.status, summary=args.summary, reason=args.reason)
+    return f"turn ended: {args.status}"
+
+
+class ThinkHarderArgs(BaseModel):
+    reason: str | None = Field(
+        default=None,
+        description="a short label for why (at most a few words); not a place to think",
+    )
+
+
+def _thinking_off(ctx: TurnContext) -> bool:
+    return not ctx.thinking_on
+
+
+@tool(name="think_harder", timeout=30, contexts=["user"], available=_thinking_off)
+async def think_harder(args: ThinkHarderArgs, ctx: TurnContext) -> str:
+    """Turn on extended thinking for the rest of this turn. Call it once,
+    before answering, when the problem needs careful reasoning."""
+    ctx.force_thinking = True
+    # The reason is telemetry only: clipped, and never echoed back.
+    ctx.think_reason = (args.reason or "")[:THINK_REASON_MAX] or None
+    return "Extended thinking is on for the rest of this turn."
+
+
+class TodoWriteArgs(BaseModel):
+    todos: list[TodoItem] = Field(
+        max_length=TODO_MAX_ITEMS,
+        description="the whole list; it replaces the previous one",
+    )
+
+
+def _render(todos: list[TodoItem]) -> str:
+    if not todos:
+        return "The todo list is empty."
+    marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
+    lines = [f"{i}. {marks[t.status]} {t.content} ({t.priority})" for i, t in enumerate(todos, 1)]
+    done = sum(t.status == "completed" for t in todos)
+    return "\n".join([f"{done}/{len(todos)} completed", *lines])
+
+
+@tool(name="todo_write", timeout=30)
+async def todo_write(args: TodoWriteArgs, ctx: TurnContext) -> str:
+    """Replace this conversation's todo list (content, status pending /
+    in_progress / completed, priority high / medium / low)."""
+    ctx.conversation.todos = list(args.todos)
+    return _render(ctx.conversation.todos)
+
+
+class TodoReadArgs(BaseModel):
+    pass
+
+
+@tool(name="todo_read", timeout=30, allow_repeat=True)
+async def todo_read(args: TodoReadArgs, ctx: TurnContext) -> str:
+    """Read this conversation's todo list."""
+    return _render(ctx.conversation.todos)
+
+
+CONTROL_TOOLS = [clock, end_task, think_harder, todo_write, todo_read]
+
+__all__ = ["CONTROL_TOOLS", "clock", "end_task", "think_harder", "todo_read", "todo_write"]
