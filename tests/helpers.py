@@ -1,0 +1,34 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runtime.context import Conversation, TurnContext
+from runtime.messages import UserMessage
+
+
+def make_ctx(text: str = "hi", **kwargs: Any) -> TurnContext:
+    """A turn context on a fresh conversation holding one user message."""
+    conversation = Conversation("test:conv")
+    conversation.history.append(UserMessage(text=text))
+    kwargs.setdefault("persona", "tester")
+    kwargs.setdefault("turn_id", "turn_test")
+    return TurnContext(conversation=conversation, **kwargs)
+
+
+def write_persona(home: Path, name: str, config: dict[str, Any], soul: str = "") -> Path:
+    """Write ``<home>/personas/<name>/persona.yaml`` (and SOUL.md)."""
+    path = home / "personas" / name
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "persona.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (path / "SOUL.md").write_text(soul or f"You are {name}.", encoding="utf-8")
+    return path
+
+
+def scripted(rules: list[dict[str, Any]] | None = None, default: str = "ok", **extra: Any) -> dict[str, Any]:
+    """A persona.yaml body with a scripted model."""
+    return {"model": {"provider": "scripted", "rules": rules or [], "default": default}, **extra}

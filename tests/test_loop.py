@@ -1,0 +1,216 @@
+"""The tool loop without Ray: steps, guards, limits, thinking, end_task."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.errors import ModelError
+from runtime.loop import STEP_LIMIT_NOTE, TurnLoop
+from runtime.messages import (
+    AssistantMessage,
+    HistoryAppended,
+    ModelCalled,
+    ModelRequest,
+    ToolResultMessage,
+    UserMessage,
+)
+from runtime.models.scripted import FunctionModel, ScriptedModel, tool_call
+from tests.helpers import make_ctx
+from tools import builtin_registry
+
+
+def loop_for(model: ScriptedModel | FunctionModel, **kw: int) -> TurnLoop:
+    return TurnLoop(model=model, registry=builtin_registry(), **kw)
+
+
+async def test_plain_reply_ends_turn() -> None:
+    model = ScriptedModel(["hello there"])
+    ctx = make_ctx()
+    result = await loop_for(model).run(ctx, system="sys")
+    assert (result.text, result.status, result.steps) == ("hello there", "ok", 1)
+    model.assert_consumed()
+    assert model.requests[0].system == "sys"
+    assert isinstance(ctx.conversation.history[-1], AssistantMessage)
+
+
+async def test_tool_round_trip_and_order() -> None:
+    model = ScriptedModel(
+        [
+            AssistantMessage(
+                tool_calls=[
+                    tool_call("todo_write", {"todos": [{"content": "a"}]}),
+                    tool_call("clock", {"format": "time_only"}),
+                ]
+            ),
+            "done",
+        ]
+    )
+    ctx = make_ctx()
+    result = await loop_for(model).run(ctx, system="s")
+    assert result.text == "done" and result.steps == 2
+    second = model.requests[1].messages
+    results = [m for m in second if isinstance(m, ToolResultMessage)]
+    assert [r.name for r in results] == ["todo_write", "clock"]
+    assert results[0].content.startswith("0/1 completed")
+    assert len(results[1].content) == 8  # HH:MM:SS
+    model.assert_consumed()
+
+
+async def test_errors_come_back_to_the_model() -> None:
+    model = ScriptedModel(
+        [
+            AssistantMessage(
+                tool_calls=[tool_call("nope"), tool_call("clock", {"format": "sundial"})]
+            ),
+            "recovered",
+        ]
+    )
+    result = await loop_for(model).run(make_ctx(), system="s")
+    assert result.text == "recovered"
+    errors = [
+        json.loads(m.content)["error"]
+        for m in model.requests[1].messages
+        if isinstance(m, ToolResultMessage)
+    ]
+    assert errors == ["unknown_tool", "invalid_arguments"]
+
+
+async def test_end_task_is_terminal() -> None:
+    model = ScriptedModel(
+        [
+            AssistantMessage(
+                text="All set.",
+                tool_calls=[tool_call("end_task", {"status": "skipped", "reason": "nothing new"})],
+            )
+        ]
+    )
+    result = await loop_for(model).run(make_ctx(), system="s")
+    model.assert_consumed()  # no follow-up request after end_task
+    assert result.status == "skipped"
+    assert result.text == "All set."
+    assert result.summary == "nothing new"
+
+
+async def test_end_task_summary_becomes_text_when_silent() -> None:
+    model = ScriptedModel(
+        [AssistantMessage(tool_calls=[tool_call("end_task", {"status": "failed", "summary": "disk full"})])]
+    )
+    result = await loop_for(model).run(make_ctx(), system="s")
+    assert (result.status, result.text) == ("failed", "disk full")
+
+
+async def test_repeat_guard_forces_thinking_then_blocks() -> None:
+    same = {"todos": [{"content": "x"}]}
+    model = ScriptedModel(
+        [AssistantMessage(tool_calls=[tool_call("todo_write", same)]) for _ in range(3)] + ["stop"]
+    )
+    ctx = make_ctx(thinking_mode="off")
+    await loop_for(model).run(ctx, system="s")
+    assert [r.thinking for r in model.requests] == [False, False, True, True]
+    results = [m for m in ctx.conversation.history if isinstance(m, ToolResultMessage)]
+    assert [r.error_kind for r in results] == [None, None, "repeated_call"]
+
+
+async def test_allow_repeat_tools_are_exempt() -> None:
+    model = ScriptedModel([AssistantMessage(tool_calls=[tool_call("clock")]) for _ in range(4)] + ["x"])
+    ctx = make_ctx(thinking_mode="off")
+    await loop_for(model).run(ctx, system="s")
+    results = [m for m in ctx.conversation.history if isinstance(m, ToolResultMessage)]
+    assert all(r.error_kind is None for r in results)
+    assert not any(r.thinking for r in model.requests)
+
+
+async def test_max_steps_withdraws_tools_and_requires_summary() -> None:
+    def fn(request: ModelRequest) -> AssistantMessage:
+        if not request.tools:
+            return AssistantMessage(text="Summary: looked at the clock a lot.")
+        return AssistantMessage(tool_calls=[tool_call("clock")])
+
+    model = FunctionModel(fn)
+    ctx = make_ctx()
+    result = await loop_for(model, max_steps=3).run(ctx, system="s")
+    assert result.steps == 4
+    assert result.text == "Summary: looked at the clock a lot."
+    final = model.requests[-1]
+    assert final.tools == [] and final.tool_choice.kind == "none"
+    note = final.messages[-1]
+    assert isinstance(note, UserMessage) and note.source == "harness"
+    assert note.text == STEP_LIMIT_NOTE.format(max_steps=3)
+
+
+async def test_think_harder_escalates_and_hides_itself() -> None:
+    model = ScriptedModel(
+        [AssistantMessage(tool_calls=[tool_call("think_harder", {"reason": "r" * 500})]), "deep"]
+    )
+    ctx = make_ctx(thinking_mode="auto", context="user")
+    await loop_for(model).run(ctx, system="s")
+    first, second = model.requests
+    assert "think_harder" in [t.name for t in first.tools] and not first.thinking
+    assert "think_harder" not in [t.name for t in second.tools] and second.thinking
+    result = next(m for m in ctx.conversation.history if isinstance(m, ToolResultMessage))
+    assert "r" * 10 not in result.content  # the reason is never echoed
+    assert ctx.think_reason == "r" * 80
+
+
+async def test_thinking_resolution() -> None:
+    assert make_ctx(thinking_mode="auto", context="user").thinking_on is False
+    assert make_ctx(thinking_mode="auto", context="cron").thinking_on is True
+    assert make_ctx(thinking_mode="off", context="cron").thinking_on is False
+    assert make_ctx(thinking_mode="on", context="user").thinking_on is True
+
+
+async def test_background_turn_gets_forced_end_task() -> None:
+    model = ScriptedModel(
+        [
+            "Checked the inbox, nothing to do.",
+            AssistantMessage(tool_calls=[tool_call("end_task", {"status": "skipped"})]),
+        ]
+    )
+    ctx = make_ctx(context="heartbeat")
+    result = await loop_for(model).run(ctx, system="s")
+    model.assert_consumed()
+    forced = model.requests[1]
+    assert forced.tool_choice.kind == "named" and [t.name for t in forced.tools] == ["end_task"]
+    assert forced.thinking is False
+    assert result.status == "skipped"
+    assert result.text == "Checked the inbox, nothing to do."
+
+
+async def test_user_turn_is_not_forced() -> None:
+    model = ScriptedModel(["plain"])
+    await loop_for(model).run(make_ctx(context="user"), system="s")
+    model.assert_consumed()
+
+
+async def test_model_error_propagates_and_is_audited() -> None:
+    model = ScriptedModel([])
+    ctx = make_ctx()
+    with pytest.raises(ModelError, match="has 0 steps"):
+        await loop_for(model).run(ctx, system="s")
+    calls = [e for e in ctx.audit.events if isinstance(e, ModelCalled)]  # type: ignore[attr-defined]
+    assert calls and calls[0].error
+
+
+async def test_every_message_is_audited() -> None:
+    model = ScriptedModel([AssistantMessage(tool_calls=[tool_call("clock")]), "t"])
+    ctx = make_ctx()
+    await loop_for(model).run(ctx, system="s")
+    kinds = [e.kind for e in ctx.audit.events]  # type: ignore[attr-defined]
+    assert kinds.count("model_call") == 2
+    assert kinds.count("tool_call") == kinds.count("tool_result") == 1
+    appended = [e.message for e in ctx.audit.events if isinstance(e, HistoryAppended)]  # type: ignore[attr-defined]
+    assert appended == ctx.conversation.history[1:]
+
+
+async def test_tool_filters_allow_deny_context_and_depth() -> None:
+    from runtime.config import ToolFilter
+
+    reg = builtin_registry()
+    names = lambda ctx: sorted(reg.visible(ctx))  # noqa: E731
+    assert names(make_ctx(tool_filter=ToolFilter(allow=["todo_*"]))) == ["todo_read", "todo_write"]
+    assert "clock" not in names(make_ctx(tool_filter=ToolFilter(deny=["clo?k"])))
+    # think_harder is for user turns only (and only while thinking is off).
+    assert "think_harder" not in names(make_ctx(context="cron", thinking_mode="off"))
+    assert "think_harder" not in names(make_ctx(thinking_mode="on"))

@@ -1,0 +1,96 @@
+"""PersonaRuntime without Ray: one turn at a time per conversation."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from runtime.config import load_persona
+from runtime.context import NullAudit
+from runtime.errors import MissingAPIKeyError
+from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse, UserMessage
+from runtime.models.scripted import FunctionModel, latest_user_text
+from runtime.persona import PersonaRuntime
+from tests.helpers import scripted, write_persona
+from tools import builtin_registry
+
+
+def make_runtime(tmp_path: Path, model: FunctionModel, **kw: object) -> PersonaRuntime:
+    write_persona(tmp_path, "solo", scripted(description="a solo persona"))
+    persona = load_persona(tmp_path, "solo")
+    return PersonaRuntime(persona, model=model, registry=builtin_registry(), **kw)  # type: ignore[arg-type]
+
+
+def env(text: str, conv: str = "solo:test") -> MessageEnvelope:
+    return MessageEnvelope(recipient="solo", conversation_id=conv, text=text)
+
+
+async def test_reply_correlates_and_system_prompt(tmp_path: Path) -> None:
+    model = FunctionModel(lambda r: f"echo: {latest_user_text(r)}")
+    rt = make_runtime(tmp_path, model, roster=[("solo", "me"), ("other", "the other one")])
+    message = env("hello")
+    reply = await rt.handle(message)
+    assert reply.reply_to == message.id and reply.text == "echo: hello" and reply.status == "ok"
+    system = model.requests[0].system
+    assert "You are solo." in system and "- other: the other one" in system and "Today is" in system
+
+
+async def test_messages_mid_turn_wait_and_merge(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    seen: list[list[str]] = []
+
+    async def slow(request: ModelRequest) -> str:
+        users = [m.text for m in request.messages if isinstance(m, UserMessage)]
+        seen.append(users)
+        if len(seen) == 1:
+            await gate.wait()
+        return f"answered {len(users)}"
+
+    rt = make_runtime(tmp_path, FunctionModel(slow))
+    first = asyncio.create_task(rt.handle(env("one")))
+    await asyncio.sleep(0.05)
+    assert rt.busy()
+    second = asyncio.create_task(rt.handle(env("two")))
+    third = asyncio.create_task(rt.handle(env("three")))
+    # A different conversation is not held up by the busy one.
+    other = await asyncio.wait_for(rt.handle(env("elsewhere", conv="solo:other")), 1)
+    assert other.text == "answered 1"
+    await asyncio.sleep(0.05)
+    assert not second.done()
+    gate.set()
+    r1, r2, r3 = await asyncio.gather(first, second, third)
+    assert r1.text == "answered 1"
+    # "two" and "three" were answered together by one merged turn.
+    assert r2.text == r3.text == "answered 3" and r2.turn_id == r3.turn_id != r1.turn_id
+    assert seen[-1] == ["one", "two", "three"]
+
+
+async def test_model_failure_becomes_error_reply(tmp_path: Path) -> None:
+    def fail(request: ModelRequest) -> ModelResponse:
+        raise MissingAPIKeyError("OPENAI_API_KEY", "openai")
+
+    audit = NullAudit()
+    rt = make_runtime(tmp_path, FunctionModel(fail), audit=audit)
+    reply = await rt.handle(env("hi"))
+    assert reply.status == "error"
+    assert "OPENAI_API_KEY" in (reply.error or "")
+    ended = [e for e in audit.events if e.kind == "turn_ended"]
+    assert ended and ended[0].status == "error"  # type: ignore[union-attr]
+    # The persona keeps working afterwards.
+    rt.model = FunctionModel(lambda r: "fine")
+    rt.loop.model = rt.model
+    assert (await rt.handle(env("again"))).text == "fine"
+
+
+async def test_history_loader_used_once_per_conversation(tmp_path: Path) -> None:
+    loads: list[str] = []
+
+    async def loader(conv: str) -> list[UserMessage]:
+        loads.append(conv)
+        return [UserMessage(text="from before")]
+
+    model = FunctionModel(lambda r: str(len(r.messages)))
+    rt = make_runtime(tmp_path, model, history_loader=loader)
+    assert (await rt.handle(env("now"))).text == "2"
+    assert (await rt.handle(env("later"))).text == "4"
+    assert loads == ["solo:test"]

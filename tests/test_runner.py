@@ -1,0 +1,191 @@
+"""The reliability contract of the tool runner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, Field
+
+from runtime.context import TurnContext
+from runtime.messages import ToolCall, ToolCalled, ToolFinished
+from runtime.runner import ToolRunner, cap_output
+from runtime.tool import ToolSpec, tool
+from tests.helpers import make_ctx
+
+
+class EchoArgs(BaseModel):
+    text: str = Field(description="what to echo")
+    times: int = Field(default=1, ge=1, le=5)
+
+
+@tool(name="echo")
+async def echo(args: EchoArgs, ctx: TurnContext) -> str:
+    """Echo text."""
+    return args.text * args.times
+
+
+class SleepArgs(BaseModel):
+    seconds: float
+
+
+@tool(name="sleepy", timeout=0.2)
+async def sleepy(args: SleepArgs, ctx: TurnContext) -> str:
+    """Sleep a while."""
+    await asyncio.sleep(args.seconds)
+    return f"slept {args.seconds}"
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+@tool(name="boom")
+async def boom(args: NoArgs, ctx: TurnContext) -> str:
+    """Always raises."""
+    raise ValueError("the widget is broken")
+
+
+@tool(name="stubborn", timeout=0.2)
+async def stubborn(args: NoArgs, ctx: TurnContext) -> str:
+    """Ignores cancellation."""
+    for _ in range(20):
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            continue
+    return "finally"
+
+
+@tool(name="flood")
+async def flood(args: NoArgs, ctx: TurnContext) -> str:
+    """A huge result."""
+    return "".join(f"line {i}\n" for i in range(20_000))
+
+
+@tool(name="structured")
+async def structured(args: NoArgs, ctx: TurnContext) -> dict[str, int]:
+    """Returns a dict."""
+    return {"a": 1}
+
+
+TOOLS: dict[str, ToolSpec] = {s.name: s for s in [echo, sleepy, boom, stubborn, flood, structured]}
+
+
+def call(name: str, arguments: dict[str, object] | str | None = None, cid: str = "") -> ToolCall:
+    return ToolCall(id=cid or f"c_{name}", name=name, arguments=arguments if arguments is not None else {})
+
+
+async def test_results_in_call_order_and_concurrent() -> None:
+    ctx = make_ctx()
+    calls = [
+        call("sleepy", {"seconds": 0.15}, "a"),
+        call("echo", {"text": "x", "times": 3}, "b"),
+        call("sleepy", {"seconds": 0.1}, "c"),
+    ]
+    started = time.perf_counter()
+    outcomes = await ToolRunner().run_calls(calls, ctx, TOOLS)
+    elapsed = time.perf_counter() - started
+    assert [o.call.id for o in outcomes] == ["a", "b", "c"]
+    assert [o.content for o in outcomes] == ["slept 0.15", "xxx", "slept 0.1"]
+    # Concurrent: bounded by the slowest call, not the sum (0.25 s).
+    assert elapsed < 0.25
+
+
+async def test_unknown_tool() -> None:
+    [o] = await ToolRunner().run_calls([call("nope")], make_ctx(), TOOLS)
+    body = json.loads(o.content)
+    assert o.error_kind == body["error"] == "unknown_tool"
+    assert "echo" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"text": 5}, {}, {"text": "a", "times": 9}, "{not json", "[1, 2]", {"text": "a", "extra": 1} and {"times": "x"}],
+)
+async def test_invalid_arguments_echo_schema(arguments: dict[str, object] | str) -> None:
+    [o] = await ToolRunner().run_calls([call("echo", arguments)], make_ctx(), TOOLS)
+    body = json.loads(o.content)
+    assert body["error"] == "invalid_arguments" == o.error_kind
+    assert body["schema"]["properties"]["text"]["description"] == "what to echo"
+    assert body["detail"]
+
+
+async def test_raw_json_string_arguments_are_parsed() -> None:
+    [o] = await ToolRunner().run_calls([call("echo", '{"text": "hi"}')], make_ctx(), TOOLS)
+    assert o.content == "hi" and o.error_kind is None
+
+
+async def test_crash_is_readable() -> None:
+    [o] = await ToolRunner().run_calls([call("boom")], make_ctx(), TOOLS)
+    assert json.loads(o.content) == {"error": "crashed", "detail": "ValueError: the widget is broken"}
+
+
+async def test_timeout_and_hang_never_wedge() -> None:
+    started = time.perf_counter()
+    outcomes = await ToolRunner().run_calls(
+        [call("sleepy", {"seconds": 30}), call("stubborn"), call("echo", {"text": "ok"})],
+        make_ctx(),
+        TOOLS,
+    )
+    assert time.perf_counter() - started < 1.0
+    assert [o.error_kind for o in outcomes] == ["timeout", "timeout", None]
+    assert "within 0.2 s" in json.loads(outcomes[0].content)["detail"]
+
+
+async def test_persona_timeout_overrides_tool_timeout() -> None:
+    [o] = await ToolRunner(timeout=0.05).run_calls(
+        [call("sleepy", {"seconds": 0.15})], make_ctx(), TOOLS
+    )
+    assert o.error_kind == "timeout"
+
+
+async def test_output_cap_keeps_head_and_tail_and_spills(tmp_path: Path) -> None:
+    ctx = make_ctx(spill_dir=tmp_path)
+    [o] = await ToolRunner(output_cap=2_000).run_calls([call("flood", cid="big")], ctx, TOOLS)
+    full = "".join(f"line {i}\n" for i in range(20_000))
+    assert len(o.content) < 2_400
+    assert o.content.startswith("line 0\n")
+    assert o.content.endswith("line 19999\n")
+    spill = tmp_path / "turn_test" / "big.txt"
+    assert f"full output: {spill}" in o.content
+    assert f"{len(full) - 2_000} of {len(full)} characters cut" in o.content
+    assert spill.read_text() == full
+
+
+def test_cap_output_leaves_short_text(tmp_path: Path) -> None:
+    assert cap_output("short", cap=10, spill_path=tmp_path / "x") == "short"
+    assert not (tmp_path / "x").exists()
+
+
+async def test_structured_results_and_audit_events() -> None:
+    ctx = make_ctx()
+    [o] = await ToolRunner().run_calls([call("structured")], ctx, TOOLS)
+    assert json.loads(o.content) == {"a": 1}
+    kinds = [type(e) for e in ctx.audit.events]  # type: ignore[attr-defined]
+    assert kinds == [ToolCalled, ToolFinished]
+
+
+async def test_runner_failure_is_contained(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(value: object) -> str:
+        raise RuntimeError("serializer exploded")
+
+    monkeypatch.setattr("runtime.runner.to_text", broken)
+    [o] = await ToolRunner().run_calls([call("echo", {"text": "x"})], make_ctx(), TOOLS)
+    assert o.error_kind == "runner_exception"
+    assert "serializer exploded" in o.content
+
+
+def test_tool_decorator_rejects_bad_functions() -> None:
+    with pytest.raises(TypeError, match="async"):
+        tool()(lambda a, c: None)  # type: ignore[arg-type,return-value]
+
+    async def no_model(args: int, ctx: TurnContext) -> str:
+        """x"""
+        return ""
+
+    with pytest.raises(TypeError, match="pydantic model"):
+        tool()(no_model)  # type: ignore[arg-type]
