@@ -42,12 +42,14 @@ class Runtime:
         self.id = runtime_id(home)
         self._owns_ray = owns_ray
         self.detached = detached
-        self.audit = get_or_create_audit_log(
+        self.audit: Any = get_or_create_audit_log(
             str(home / "audit.duckdb"),
             name=audit_name(self.id),
             namespace=namespace,
             detached=detached,
         )
+        # Ray's handle typing does not follow .remote on async methods.
+        self.router: Any
         self.router = RouterActorRemote.options(  # type: ignore[attr-defined]
             name=router_name(self.id),
             namespace=namespace,

@@ -43,7 +43,7 @@ def cmd_personas(args: argparse.Namespace) -> int:
     if not names:
         console.print(f"No personas in {home / 'personas'} — run `coterie demo` to install some.")
         return 0
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for name in names:
         try:
             p = load_persona_dir(home / "personas" / name, name)
@@ -83,7 +83,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             reply = rt.ask(args.persona, text, conversation_id=conversation)
             if reply.status == "error":
-                err_console.print(f"error: {reply.error}", style="red", markup=False, highlight=False)
+                err_console.print(
+                    f"error: {reply.error}", style="red", markup=False, highlight=False
+                )
             else:
                 console.print(f"[bold]{args.persona}>[/bold] ", end="")
                 console.print(reply.text, markup=False, highlight=False)
@@ -105,7 +107,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         result = read_only_query(str(resolve_home(args.home) / "audit.duckdb"), args.sql)
     if args.json:
-        print(json.dumps([dict(zip(result.columns, r, strict=True)) for r in result.rows], default=str))
+        print(
+            json.dumps(
+                [dict(zip(result.columns, r, strict=True)) for r in result.rows], default=str
+            )
+        )
     else:
         print_table(result.columns, result.rows)
     return 0

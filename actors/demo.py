@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+
 import ray
 from rich.console import Console
 from rich.panel import Panel
@@ -34,6 +35,10 @@ SCENARIO = [
 ]
 
 
+def _args(arguments: dict[str, object] | str) -> str:
+    return json.dumps(arguments) if isinstance(arguments, dict) else arguments
+
+
 def render_transcript(persona: str, history: list[ChatMessage]) -> Text:
     """A readable transcript: messages, tool calls and their results."""
     out = Text()
@@ -43,10 +48,7 @@ def render_transcript(persona: str, history: list[ChatMessage]) -> Text:
             out.append(message.text + "\n")
         elif isinstance(message, AssistantMessage):
             if message.tool_calls:
-                calls = ", ".join(
-                    f"{c.name}({json.dumps(c.arguments) if isinstance(c.arguments, dict) else c.arguments})"
-                    for c in message.tool_calls
-                )
+                calls = ", ".join(f"{c.name}({_args(c.arguments)})" for c in message.tool_calls)
                 label = "concurrent tool calls" if len(message.tool_calls) > 1 else "tool call"
                 out.append(f"{persona} {label}: ", style="bold yellow")
                 out.append(calls + "\n")
@@ -77,8 +79,13 @@ def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
         replies = asyncio.run(_ask_all(rt, run_id))
     rt.flush()
     for (persona, _), reply in zip(SCENARIO, replies, strict=True):
-        history: list[ChatMessage] = ray.get(rt.audit.history.remote(persona, reply.conversation_id))
-        title = f"{persona} · {reply.conversation_id} · status {reply.status} · {reply.steps} model calls"
+        history: list[ChatMessage] = ray.get(
+            rt.audit.history.remote(persona, reply.conversation_id)
+        )
+        title = (
+            f"{persona} · {reply.conversation_id} · status {reply.status} · "
+            f"{reply.steps} model calls"
+        )
         console.print(Panel(render_transcript(persona, history), title=title, expand=False))
     summary = rt.query(
         "select persona, kind, count(*) as events, "
@@ -95,8 +102,8 @@ def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
         table.add_row(*(str(v) for v in row))
     console.print(table)
     console.print(
-        "Ask your own questions: `coterie ask concierge \"what time is it?\"`; "
-        "query the audit log: `coterie audit \"select kind, count(*) from events group by 1\"`."
+        'Ask your own questions: `coterie ask concierge "what time is it?"`; '
+        'query the audit log: `coterie audit "select kind, count(*) from events group by 1"`.'
     )
     failed = [r for r in replies if r.status == "error"]
     if failed:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,8 @@ class PersonaActor:
     async def stats(self) -> dict[str, Any]:
         return {
             "persona": self.runtime.name,
+            "pid": os.getpid(),
+            "sdks_loaded": sorted(m for m in ("openai", "anthropic") if m in sys.modules),
             "turns": self.runtime.turns_run,
             "busy": self.runtime.busy(),
             "audit_recorded": self.buffer.events_recorded,

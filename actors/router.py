@@ -51,7 +51,7 @@ class RouterActor:
         return [n for n, _ in self._roster]
 
     async def _activate(self, name: str) -> Any:
-        handle = self._actors.get(name)
+        handle: Any = self._actors.get(name)
         if handle is not None:
             return handle
         pending = self._activating.get(name)
@@ -111,9 +111,7 @@ class RouterActor:
     async def personas(self) -> list[dict[str, Any]]:
         """The roster: name, description, whether its actor is active."""
         self.refresh()
-        return [
-            {"name": n, "description": d, "active": n in self._actors} for n, d in self._roster
-        ]
+        return [{"name": n, "description": d, "active": n in self._actors} for n, d in self._roster]
 
     async def flush_all(self) -> int:
         """Flush every active persona's audit buffer; returns how many."""

@@ -42,6 +42,10 @@ class PersonaConfigError(ConfigError):
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"invalid persona file {path}:\n{lines}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
+        # Errors cross actor boundaries pickled; keep the constructor's arguments.
+        return (type(self), (self.path, self.problems))
+
 
 class UnknownPersonaError(CoterieError):
     """A message was addressed to a persona that does not exist."""
@@ -51,6 +55,9 @@ class UnknownPersonaError(CoterieError):
         self.known = known
         listing = ", ".join(known) if known else "none"
         super().__init__(f"unknown persona {name!r} (known personas: {listing})")
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
+        return (type(self), (self.name, self.known))
 
 
 class ModelError(CoterieError):
@@ -62,9 +69,13 @@ class MissingAPIKeyError(ModelError):
 
     def __init__(self, env_var: str, provider: str) -> None:
         self.env_var = env_var
+        self.provider = provider
         super().__init__(
             f"{provider} model needs an API key: set the environment variable {env_var}"
         )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.env_var, self.provider))
 
 
 class ModelHTTPError(ModelError):
@@ -72,7 +83,11 @@ class ModelHTTPError(ModelError):
 
     def __init__(self, status: int | None, message: str) -> None:
         self.status = status
+        self.detail = message
         super().__init__(f"model request failed (status {status}): {message}")
+
+    def __reduce__(self) -> tuple[type, tuple[int | None, str]]:
+        return (type(self), (self.status, self.detail))
 
 
 class ModelTimeoutError(ModelError):

@@ -76,7 +76,9 @@ class RepeatGuard:
         self.last: str | None = None
         self.count = 0
 
-    def check(self, calls: list[ToolCall], tools: dict[str, ToolSpec], ctx: TurnContext) -> dict[int, str]:
+    def check(
+        self, calls: list[ToolCall], tools: dict[str, ToolSpec], ctx: TurnContext
+    ) -> dict[int, str]:
         """Update the count; force thinking on a 2nd repeat; block 3rd+."""
         blocked: dict[int, str] = {}
         for i, call in enumerate(calls):
@@ -122,9 +124,13 @@ class TurnLoop:
         last_text = ""
         while True:
             if result.steps >= self.max_steps:
-                self._append(ctx, result, UserMessage(
-                    text=STEP_LIMIT_NOTE.format(max_steps=self.max_steps), source="harness"
-                ))
+                self._append(
+                    ctx,
+                    result,
+                    UserMessage(
+                        text=STEP_LIMIT_NOTE.format(max_steps=self.max_steps), source="harness"
+                    ),
+                )
                 reply = await self._call(ctx, system, result, {}, ToolChoiceNone())
                 result.text = reply.text or last_text
                 return result
@@ -158,9 +164,9 @@ class TurnLoop:
     ) -> None:
         self._append(ctx, result, UserMessage(text=END_TASK_NOTE, source="harness"))
         only = {"end_task": tools["end_task"]}
-        saved, ctx.force_thinking = ctx.force_thinking, False
-        reply = await self._call(ctx, system, result, only, ToolChoiceNamed(name="end_task"))
-        ctx.force_thinking = saved
+        reply = await self._call(
+            ctx, system, result, only, ToolChoiceNamed(name="end_task"), thinking=False
+        )
         calls = [c for c in reply.tool_calls if c.name == "end_task"][:1]
         if calls:
             await self._run_tools(ctx, result, calls, only, {})
@@ -193,6 +199,8 @@ class TurnLoop:
         result: TurnResult,
         tools: dict[str, ToolSpec],
         choice: ToolChoice,
+        *,
+        thinking: bool | None = None,
     ) -> AssistantMessage:
         result.steps += 1
         request = ModelRequest(
@@ -200,7 +208,7 @@ class TurnLoop:
             messages=list(ctx.conversation.history),
             tools=[spec.definition() for spec in tools.values()],
             tool_choice=choice,
-            thinking=ctx.thinking_on,
+            thinking=ctx.thinking_on if thinking is None else thinking,
             max_tokens=self.max_tokens,
             step=result.steps,
         )

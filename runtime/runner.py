@@ -191,9 +191,9 @@ class ToolRunner:
             return ToolOutcome(call, error_result("timeout", detail), "timeout")
         if task.cancelled():
             return ToolOutcome(call, error_result("crashed", "the tool was cancelled"), "crashed")
-        exc = task.exception()
-        if exc is not None:
-            detail = f"{type(exc).__name__}: {exc}"
+        failure = task.exception()
+        if failure is not None:
+            detail = f"{type(failure).__name__}: {failure}"
             return ToolOutcome(call, error_result("crashed", detail), "crashed")
         value = task.result()
         if inspect.isawaitable(value):  # a tool that returned a coroutine by mistake

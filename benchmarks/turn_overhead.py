@@ -1,0 +1,161 @@
+"""Runtime overhead per turn: through the actors vs the same loop in-process.
+
+Two scripted personas (instant model): one answers with plain text, one makes
+two concurrent tool calls and then answers. Each is driven for N sequential
+turns in-process (the floor: PersonaRuntime called directly) and through the
+router and persona actors on a local Ray, in the same run. Also reports the
+idle PersonaActor's memory (USS).
+
+    python benchmarks/turn_overhead.py [--turns 500]
+
+Targets: at most 3 ms p50 above the floor; an idle persona at most 70 MiB USS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import ray
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from actors.api import Runtime  # noqa: E402
+from runtime.config import load_persona  # noqa: E402
+from runtime.messages import MessageEnvelope  # noqa: E402
+from runtime.models import build_model  # noqa: E402
+from runtime.persona import PersonaRuntime  # noqa: E402
+from tools import builtin_registry  # noqa: E402
+
+PERSONAS = {
+    "bench-plain": {"model": {"provider": "scripted", "default": "pong"}},
+    "bench-tools": {
+        "model": {
+            "provider": "scripted",
+            "rules": [
+                {
+                    "when": {"turn": 1},
+                    "tool_calls": [
+                        {"name": "clock", "arguments": {}},
+                        {"name": "todo_read", "arguments": {}},
+                    ],
+                },
+                {"when": {"turn": 2}, "text": "done: {last_tool_result}"},
+            ],
+        }
+    },
+}
+CONVERSATIONS = 10
+
+
+def write_home(home: Path) -> None:
+    for name, body in PERSONAS.items():
+        path = home / "personas" / name
+        path.mkdir(parents=True)
+        (path / "persona.yaml").write_text(yaml.safe_dump(body))
+        (path / "SOUL.md").write_text("Benchmark persona.")
+
+
+def envelope(persona: str, i: int) -> MessageEnvelope:
+    return MessageEnvelope(
+        recipient=persona, conversation_id=f"{persona}:bench:{i % CONVERSATIONS}", text=f"ping {i}"
+    )
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def in_process(home: Path, persona: str, turns: int) -> list[float]:
+    loaded = load_persona(home, persona)
+    rt = PersonaRuntime(loaded, model=build_model(loaded.config.model), registry=builtin_registry())
+    for i in range(20):  # warm-up
+        await rt.handle(envelope(persona, i))
+    samples = []
+    for i in range(turns):
+        env = envelope(persona, i)
+        t0 = time.perf_counter()
+        reply = await rt.handle(env)
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert reply.status == "ok", reply
+    return samples
+
+
+def through_actors(rt: Runtime, persona: str, turns: int) -> list[float]:
+    for i in range(20):
+        ray.get(rt.router.deliver.remote(envelope(persona, i)))
+    samples = []
+    for i in range(turns):
+        env = envelope(persona, i)
+        t0 = time.perf_counter()
+        reply = ray.get(rt.router.deliver.remote(env))
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert reply.status == "ok", reply
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=500)
+    args = parser.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        write_home(home)
+        floors = {p: asyncio.run(in_process(home, p, args.turns)) for p in PERSONAS}
+        with console.status("starting Ray"):
+            rt = Runtime.start(home=home, num_cpus=2)
+        try:
+            actor = {p: through_actors(rt, p, args.turns) for p in PERSONAS}
+            time.sleep(2.0)  # let the personas go idle
+            uss = {}
+            for persona in PERSONAS:
+                handle = ray.get_actor(f"coterie:{rt.id}:persona:{persona}", namespace=rt.namespace)
+                pid = ray.get(handle.stats.remote())["pid"]
+                uss[persona] = psutil.Process(pid).memory_full_info().uss / 2**20
+        finally:
+            rt.shutdown()
+
+    table = Table(title=f"turn overhead, {args.turns} sequential turns each (ms)")
+    for col in [
+        "case",
+        "in-process p50",
+        "in-process p99",
+        "actors p50",
+        "actors p99",
+        "overhead p50",
+        "ratio p50",
+        "idle persona USS MiB",
+    ]:
+        table.add_column(col, justify="right")
+    labels = {"bench-plain": "no tools", "bench-tools": "two concurrent tools"}
+    for persona in PERSONAS:
+        f50, f99 = statistics.median(floors[persona]), pct(floors[persona], 0.99)
+        a50, a99 = statistics.median(actor[persona]), pct(actor[persona], 0.99)
+        table.add_row(
+            labels[persona],
+            f"{f50:.3f}",
+            f"{f99:.3f}",
+            f"{a50:.3f}",
+            f"{a99:.3f}",
+            f"{a50 - f50:.3f}",
+            f"{a50 / f50:.1f}x",
+            f"{uss[persona]:.1f}",
+        )
+    console.print(table)
+    console.print("targets: overhead p50 <= 3 ms; idle persona USS <= 70 MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The router, persona and audit actors on a local Ray."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+from actors.api import Runtime
+from actors.naming import router_name
+from runtime.errors import PersonaConfigError, UnknownPersonaError
+from runtime.messages import MessageEnvelope
+from tests.helpers import scripted, write_persona
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[Runtime]:
+    home = tmp_path_factory.mktemp("home")
+    write_persona(
+        home,
+        "echo",
+        scripted([{"when": {"contains": "hello"}, "text": "hi back"}], description="echoes"),
+    )
+    write_persona(
+        home,
+        "toolish",
+        scripted(
+            [
+                {
+                    "when": {"turn": 1},
+                    "tool_calls": [
+                        {"name": "clock", "arguments": {"format": "sundial"}},
+                        {"name": "todo_write", "arguments": {"todos": [{"content": "a"}]}},
+                    ],
+                },
+                {"when": {"turn": 2}, "text": "last: {last_tool_result}"},
+            ]
+        ),
+    )
+    write_persona(
+        home,
+        "slow",
+        {"model": {"provider": "scripted", "default": "slow reply", "latency_ms": 400}},
+    )
+    write_persona(
+        home,
+        "keyless",
+        {
+            "model": {
+                "provider": "openai",
+                "name": "gpt-test",
+                "api_key_env": "COTERIE_TEST_NO_SUCH_KEY",
+            }
+        },
+    )
+    write_persona(home, "broken", {"model": {"provider": "nonsense"}})
+    runtime = Runtime.start(home=home)
+    yield runtime
+    runtime.shutdown()
+
+
+def test_ask_and_audit(rt: Runtime) -> None:
+    reply = rt.ask("echo", "hello there", conversation_id="echo:t1")
+    assert (reply.text, reply.status, reply.sender) == ("hi back", "ok", "echo")
+    reply = rt.ask("toolish", "go", conversation_id="toolish:t1")
+    assert reply.text == "last: 0/1 completed\n1. [ ] a (medium)"
+    result = rt.query(
+        "select kind, count(*) from events where conversation_id in ('echo:t1', 'toolish:t1') "
+        "group by 1 order by 1"
+    )
+    counts = dict(result.rows)
+    assert counts["model_call"] == 3
+    assert counts["tool_call"] == counts["tool_result"] == 2
+    assert counts["turn_started"] == counts["turn_ended"] == 2
+    errors = rt.query(
+        "select tool, error_kind from events where kind = 'tool_result' "
+        "and conversation_id = 'toolish:t1' order by tool"
+    )
+    assert errors.rows == [("clock", "invalid_arguments"), ("todo_write", None)]
+
+
+def test_conversation_continues_across_asks(rt: Runtime) -> None:
+    rt.ask("echo", "hello one", conversation_id="echo:cont")
+    rt.ask("echo", "hello two", conversation_id="echo:cont")
+    rt.flush()
+    history = ray.get(rt.audit.history.remote("echo", "echo:cont"))
+    assert [m.kind for m in history] == ["user", "assistant", "user", "assistant"]
+
+
+def test_unknown_persona(rt: Runtime) -> None:
+    with pytest.raises(UnknownPersonaError, match=r"unknown persona 'ghost'.*echo"):
+        rt.ask("ghost", "hi")
+
+
+def test_bad_persona_file(rt: Runtime) -> None:
+    with pytest.raises(
+        PersonaConfigError, match=r"broken/persona.yaml[\s\S]*model: expected one of"
+    ):
+        rt.ask("broken", "hi")
+
+
+def test_missing_key_is_a_readable_error(rt: Runtime) -> None:
+    reply = rt.ask("keyless", "hi")
+    assert reply.status == "error"
+    assert "COTERIE_TEST_NO_SUCH_KEY" in (reply.error or "")
+
+
+def test_one_turn_at_a_time_per_conversation(rt: Runtime) -> None:
+    async def go() -> list[object]:
+        same = [rt.ask_async("slow", f"m{i}", conversation_id="slow:same") for i in range(3)]
+        other = rt.ask_async("slow", "x", conversation_id="slow:other")
+        return list(await asyncio.gather(*same, other))
+
+    *same, other = asyncio.run(go())
+    # Messages that arrive while a turn runs wait and share the next turn
+    # (which ones arrive first is up to the scheduler).
+    turns = sorted(Counter(r.turn_id for r in same).values())  # type: ignore[attr-defined]
+    assert turns == [1, 2]
+    assert other.status == "ok"  # type: ignore[attr-defined]
+    rt.flush()
+    history = ray.get(rt.audit.history.remote("slow", "slow:same"))
+    kinds = [m.kind for m in history]
+    assert kinds in (
+        ["user", "assistant", "user", "user", "assistant"],
+        ["user", "user", "assistant", "user", "assistant"],
+    )
+
+
+def test_router_reachable_by_name_from_anywhere(rt: Runtime) -> None:
+    @ray.remote(num_cpus=0)
+    def from_a_task(name: str, namespace: str) -> str:
+        router = ray.get_actor(name, namespace=namespace)
+        envelope = MessageEnvelope(recipient="echo", conversation_id="echo:task", text="hello")
+        return str(ray.get(router.deliver.remote(envelope)).text)
+
+    assert ray.get(from_a_task.remote(router_name(rt.id), rt.namespace)) == "hi back"
+
+
+def test_scripted_persona_does_not_load_sdks(rt: Runtime) -> None:
+    rt.ask("echo", "hello", conversation_id="echo:sdk")
+    handle = ray.get_actor(f"coterie:{rt.id}:persona:echo", namespace=rt.namespace)
+    stats = ray.get(handle.stats.remote())
+    assert stats["sdks_loaded"] == []
+
+
+def test_personas_listing(rt: Runtime) -> None:
+    listing = {p["name"]: p for p in rt.personas()}
+    assert set(listing) >= {"echo", "toolish", "slow", "keyless"}
+    assert listing["echo"]["description"] == "echoes"

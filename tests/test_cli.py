@@ -1,0 +1,83 @@
+"""The ``coterie`` command, run as a user would (each run starts its own Ray)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def coterie(
+    home: Path, *args: str, stdin: str | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [sys.executable, "-m", "actors.cli", "--home", str(home), *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("cli-home")
+    proc = coterie(home, "demo")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    for persona in ("concierge", "researcher", "planner"):
+        assert persona in out
+    assert "concurrent tool calls" in out
+    assert "invalid_arguments" in out
+    assert "status ok" in out
+    assert "audit summary" in out
+    return home
+
+
+def test_demo_then_audit(demo_home: Path) -> None:
+    proc = coterie(
+        demo_home, "audit", "select kind, count(*) as n from events group by 1 order by 1"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "model_call" in proc.stdout and "tool_call" in proc.stdout and "tool_result" in proc.stdout
+    )
+
+
+def test_audit_is_read_only(demo_home: Path) -> None:
+    proc = coterie(demo_home, "audit", "delete from events")
+    assert proc.returncode == 1
+    assert "read-only" in proc.stderr.lower() or "only" in proc.stderr.lower()
+    proc = coterie(demo_home, "audit", "select count(*) from events", "--json")
+    assert proc.returncode == 0 and '"count_star()"' in proc.stdout
+
+
+def test_personas_table(demo_home: Path) -> None:
+    proc = coterie(demo_home, "personas")
+    assert proc.returncode == 0
+    assert "concierge" in proc.stdout and "scripted" in proc.stdout
+
+
+def test_ask_and_chat(demo_home: Path) -> None:
+    proc = coterie(demo_home, "ask", "ghost", "hello")
+    assert proc.returncode == 1
+    assert "unknown persona 'ghost'" in proc.stderr
+    proc = coterie(demo_home, "chat", "concierge", stdin="what time is it?\nthanks\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "It is " in proc.stdout
+    assert "Ask me what time it is." in proc.stdout
+
+
+def test_ask_prints_reply(demo_home: Path) -> None:
+    proc = coterie(demo_home, "ask", "planner", "plan my week")
+    assert proc.returncode == 0, proc.stderr
+    assert "Here is the plan:" in proc.stdout and "Book the venue" in proc.stdout
