@@ -88,12 +88,15 @@ def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
         )
         console.print(Panel(render_transcript(persona, history), title=title, expand=False))
     summary = rt.query(
-        "select persona, kind, count(*) as events, "
-        "coalesce(sum(input_tokens), 0) as input_tokens, "
-        "coalesce(sum(output_tokens), 0) as output_tokens, "
-        "count(error_kind) as errors "
+        "select persona, "
+        "count(*) filter (where kind = 'model_call') as model_calls, "
+        "count(*) filter (where kind = 'tool_call') as tool_calls, "
+        "count(*) filter (where kind = 'tool_result' and error_kind is not null) as tool_errors, "
+        "sum(input_tokens) as input_tokens, sum(output_tokens) as output_tokens, "
+        "round(max(duration_ms) filter (where kind = 'turn_ended'), 1) as turn_ms, "
+        "count(*) as events "
         f"from events where conversation_id like 'demo:{run_id}:%' "
-        "group by persona, kind order by persona, kind"
+        "group by persona order by persona"
     )
     table = Table(title="audit summary (this run)")
     for col in summary.columns:

@@ -188,9 +188,7 @@ def persona_names(home: Path) -> list[str]:
     root = home / "personas"
     if not root.is_dir():
         return []
-    return sorted(
-        p.name for p in root.iterdir() if p.is_dir() and (p / "persona.yaml").is_file()
-    )
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "persona.yaml").is_file())
 
 
 def load_persona(home: Path, name: str) -> Persona:

@@ -271,7 +271,12 @@ class EnvelopeEvent(_Event):
 
 
 TurnEvent = Annotated[
-    TurnStarted | HistoryAppended | ModelCalled | ToolCalled | ToolFinished | TurnEnded
+    TurnStarted
+    | HistoryAppended
+    | ModelCalled
+    | ToolCalled
+    | ToolFinished
+    | TurnEnded
     | EnvelopeEvent,
     Field(discriminator="kind"),
 ]

@@ -19,8 +19,7 @@ def build_system_prompt(
     today = today or datetime.now(tz)
     parts = [persona.soul.strip() or f"You are {persona.name}, a helpful assistant."]
     parts.append(
-        f"## Context\nYou are the persona `{persona.name}`. "
-        f"Today is {today:%A, %Y-%m-%d}."
+        f"## Context\nYou are the persona `{persona.name}`. Today is {today:%A, %Y-%m-%d}."
     )
     others = [(n, d) for n, d in roster if n != persona.name]
     if others:

@@ -8,8 +8,10 @@ part of the schema.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable
@@ -44,16 +46,29 @@ class ToolSpec:
 
     def schema(self) -> dict[str, Any]:
         """The JSON schema of the arguments, straight from the pydantic model."""
-        schema = self.args_model.model_json_schema()
-        schema.pop("title", None)
-        schema.setdefault("properties", {})
-        return schema
+        return copy.deepcopy(_schema_of(self.args_model))
 
     def definition(self) -> ToolDefinition:
-        return ToolDefinition(name=self.name, description=self.description, parameters=self.schema())
+        """What the model is shown; built once per spec (schemas are costly)."""
+        cached: ToolDefinition | None = self.__dict__.get("_definition")
+        if cached is None:
+            cached = ToolDefinition(
+                name=self.name, description=self.description, parameters=self.schema()
+            )
+            # A frozen dataclass still has a __dict__ to memoize into.
+            object.__setattr__(self, "_definition", cached)
+        return cached
 
     def offered_in(self, context: str) -> bool:
         return self.contexts == "all" or context in self.contexts
+
+
+@functools.cache
+def _schema_of(args_model: type[BaseModel]) -> dict[str, Any]:
+    schema = args_model.model_json_schema()
+    schema.pop("title", None)
+    schema.setdefault("properties", {})
+    return schema
 
 
 def tool(

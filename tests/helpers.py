@@ -29,6 +29,8 @@ def write_persona(home: Path, name: str, config: dict[str, Any], soul: str = "")
     return path
 
 
-def scripted(rules: list[dict[str, Any]] | None = None, default: str = "ok", **extra: Any) -> dict[str, Any]:
+def scripted(
+    rules: list[dict[str, Any]] | None = None, default: str = "ok", **extra: Any
+) -> dict[str, Any]:
     """A persona.yaml body with a scripted model."""
     return {"model": {"provider": "scripted", "rules": rules or [], "default": default}, **extra}

@@ -95,7 +95,9 @@ def test_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
 
 def test_unknown_persona_lists_known(tmp_path: Path) -> None:
     write_persona(tmp_path, "alpha", scripted())
-    with pytest.raises(UnknownPersonaError, match=r"unknown persona 'ghost' \(known personas: alpha\)"):
+    with pytest.raises(
+        UnknownPersonaError, match=r"unknown persona 'ghost' \(known personas: alpha\)"
+    ):
         load_persona(tmp_path, "ghost")
     with pytest.raises(UnknownPersonaError):
         load_persona(tmp_path, "../alpha")

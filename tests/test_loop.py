@@ -95,7 +95,11 @@ async def test_end_task_is_terminal() -> None:
 
 async def test_end_task_summary_becomes_text_when_silent() -> None:
     model = ScriptedModel(
-        [AssistantMessage(tool_calls=[tool_call("end_task", {"status": "failed", "summary": "disk full"})])]
+        [
+            AssistantMessage(
+                tool_calls=[tool_call("end_task", {"status": "failed", "summary": "disk full"})]
+            )
+        ]
     )
     result = await loop_for(model).run(make_ctx(), system="s")
     assert (result.status, result.text) == ("failed", "disk full")
@@ -114,7 +118,9 @@ async def test_repeat_guard_forces_thinking_then_blocks() -> None:
 
 
 async def test_allow_repeat_tools_are_exempt() -> None:
-    model = ScriptedModel([AssistantMessage(tool_calls=[tool_call("clock")]) for _ in range(4)] + ["x"])
+    model = ScriptedModel(
+        [AssistantMessage(tool_calls=[tool_call("clock")]) for _ in range(4)] + ["x"]
+    )
     ctx = make_ctx(thinking_mode="off")
     await loop_for(model).run(ctx, system="s")
     results = [m for m in ctx.conversation.history if isinstance(m, ToolResultMessage)]

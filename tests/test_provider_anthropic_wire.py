@@ -327,7 +327,7 @@ async def test_timeout_raises_model_timeout_error() -> None:
     async with FakeAnthropicServer(latency=1.0) as srv:
         model = make_model(srv.base_url, timeout=0.2, max_retries=0)
         try:
-            with pytest.raises(ModelTimeoutError, match="0.2s"):
+            with pytest.raises(ModelTimeoutError, match=r"0\.2s"):
                 await model.request(ask())
         finally:
             await model.aclose()

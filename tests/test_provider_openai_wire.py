@@ -43,9 +43,7 @@ async def srv() -> AsyncIterator[FakeOpenAIServer]:
         yield server
 
 
-def make_model(
-    base_url: str, *, api_key: str | None = KEY, **config: Any
-) -> OpenAIChatModel:
+def make_model(base_url: str, *, api_key: str | None = KEY, **config: Any) -> OpenAIChatModel:
     cfg = OpenAIModelConfig.model_validate(
         {"provider": "openai", "name": "gpt-test", "base_url": base_url, "timeout": 5.0, **config}
     )
@@ -271,7 +269,7 @@ async def test_timeout_raises_model_timeout_error() -> None:
     async with FakeOpenAIServer(latency=1.0) as srv:
         model = make_model(srv.base_url, timeout=0.2, max_retries=0)
         try:
-            with pytest.raises(ModelTimeoutError, match="0.2s"):
+            with pytest.raises(ModelTimeoutError, match=r"0\.2s"):
                 await model.request(ask())
         finally:
             await model.aclose()
@@ -408,3 +406,22 @@ def test_module_import_does_not_import_openai() -> None:
         "sys.exit(int('openai' in sys.modules or 'anthropic' in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_threaded_server_with_blocking_caller() -> None:
+    import asyncio
+
+    with FakeOpenAIServer(latency=0.05) as srv:
+        srv.enqueue_text("from a thread")
+
+        async def call() -> str:
+            model = make_model(srv.base_url)
+            try:
+                return (await model.request(ask())).message.text
+            finally:
+                await model.aclose()
+
+        # The caller's own loop is separate from the server's.
+        assert asyncio.run(call()) == "from a thread"
+        assert asyncio.run(call()) == "ok"
+    assert len(srv.requests) == 2

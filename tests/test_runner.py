@@ -76,7 +76,9 @@ TOOLS: dict[str, ToolSpec] = {s.name: s for s in [echo, sleepy, boom, stubborn, 
 
 
 def call(name: str, arguments: dict[str, object] | str | None = None, cid: str = "") -> ToolCall:
-    return ToolCall(id=cid or f"c_{name}", name=name, arguments=arguments if arguments is not None else {})
+    return ToolCall(
+        id=cid or f"c_{name}", name=name, arguments=arguments if arguments is not None else {}
+    )
 
 
 async def test_results_in_call_order_and_concurrent() -> None:
@@ -104,7 +106,14 @@ async def test_unknown_tool() -> None:
 
 @pytest.mark.parametrize(
     "arguments",
-    [{"text": 5}, {}, {"text": "a", "times": 9}, "{not json", "[1, 2]", {"text": "a", "extra": 1} and {"times": "x"}],
+    [
+        {"text": 5},
+        {},
+        {"text": "a", "times": 9},
+        "{not json",
+        "[1, 2]",
+        {"text": "a", "extra": 1} and {"times": "x"},
+    ],
 )
 async def test_invalid_arguments_echo_schema(arguments: dict[str, object] | str) -> None:
     [o] = await ToolRunner().run_calls([call("echo", arguments)], make_ctx(), TOOLS)
@@ -121,7 +130,10 @@ async def test_raw_json_string_arguments_are_parsed() -> None:
 
 async def test_crash_is_readable() -> None:
     [o] = await ToolRunner().run_calls([call("boom")], make_ctx(), TOOLS)
-    assert json.loads(o.content) == {"error": "crashed", "detail": "ValueError: the widget is broken"}
+    assert json.loads(o.content) == {
+        "error": "crashed",
+        "detail": "ValueError: the widget is broken",
+    }
 
 
 async def test_timeout_and_hang_never_wedge() -> None:

@@ -1,0 +1,310 @@
+"""The Anthropic Messages API as a :class:`Model`.
+
+The ``anthropic`` package is imported lazily so that importing this module
+never pays for the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from runtime.config import AnthropicModelConfig
+from runtime.errors import (
+    MissingAPIKeyError,
+    ModelError,
+    ModelHTTPError,
+    ModelTimeoutError,
+)
+from runtime.messages import (
+    AssistantMessage,
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ThinkingBlock,
+    ToolCall,
+    ToolChoiceNamed,
+    ToolChoiceNone,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from runtime.models._retry import (
+    sdk_error_message,
+    sdk_retry_after,
+    status_is_retryable,
+    with_retries,
+)
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+    from anthropic.types import Message
+
+__all__ = ["AnthropicModel"]
+
+# Headroom for the visible answer on top of the thinking budget.
+_ANSWER_HEADROOM = 1024
+
+
+class AnthropicModel:
+    """A Claude model behind ``POST /v1/messages``.
+
+    The API key comes from ``api_key`` or the environment variable named by
+    ``config.api_key_env``; a missing key fails at construction with
+    :class:`MissingAPIKeyError`. ``retry_base_delay`` / ``retry_max_delay``
+    tune the backoff (tests make it tiny).
+    """
+
+    provider: str = "anthropic"
+
+    def __init__(
+        self,
+        config: AnthropicModelConfig,
+        *,
+        api_key: str | None = None,
+        retry_base_delay: float = 0.5,
+        retry_max_delay: float = 8.0,
+    ) -> None:
+        if api_key is None:
+            api_key = os.environ.get(config.api_key_env)
+        if not api_key:
+            raise MissingAPIKeyError(config.api_key_env, "anthropic")
+        self.config = config
+        self.name = config.name
+        self._api_key = api_key
+        self._retry_base_delay = retry_base_delay
+        self._retry_max_delay = retry_max_delay
+        self._client: AsyncAnthropic | None = None
+
+    def _get_client(self) -> AsyncAnthropic:
+        # Built on first use so the model object can be created outside the
+        # event loop that will drive it.
+        if self._client is None:
+            import anthropic
+
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key,
+                base_url=self.config.base_url,
+                timeout=self.config.timeout,
+                max_retries=0,
+            )
+        return self._client
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Send one Messages request; raises :class:`ModelError` subclasses."""
+        params = self.build_params(request)
+        client = self._get_client()
+
+        async def call() -> Message:
+            return await client.messages.create(**params)
+
+        message = await with_retries(
+            call,
+            max_retries=self.config.max_retries,
+            is_retryable=_is_retryable,
+            to_error=self._to_error,
+            retry_after=sdk_retry_after,
+            base_delay=self._retry_base_delay,
+            max_delay=self._retry_max_delay,
+        )
+        return self.parse_message(message)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (a later request opens a new one)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    # -- request -----------------------------------------------------------
+
+    def build_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments for ``messages.create``."""
+        params: dict[str, Any] = {
+            "model": self.config.name,
+            "messages": history_to_wire(request.messages),
+            "max_tokens": request.max_tokens,
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = [
+                {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.parameters,
+                }
+                for tool in request.tools
+            ]
+            choice = request.tool_choice
+            if isinstance(choice, ToolChoiceNamed):
+                params["tool_choice"] = {"type": "tool", "name": choice.name}
+            elif isinstance(choice, ToolChoiceNone):
+                params["tool_choice"] = {"type": "none"}
+            else:
+                params["tool_choice"] = {"type": "auto"}
+        if request.thinking:
+            budget = self.config.thinking_budget
+            params["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            # The API requires max_tokens > budget_tokens.
+            params["max_tokens"] = max(request.max_tokens, budget + _ANSWER_HEADROOM)
+        return params
+
+    # -- response ----------------------------------------------------------
+
+    def parse_message(self, message: Message) -> ModelResponse:
+        """Turn an Anthropic ``Message`` into the neutral response."""
+        texts: list[str] = []
+        thinking: list[ThinkingBlock] = []
+        tool_calls: list[ToolCall] = []
+        for block in message.content:
+            kind = getattr(block, "type", None)
+            if kind == "text":
+                texts.append(getattr(block, "text", ""))
+            elif kind == "thinking":
+                thinking.append(
+                    ThinkingBlock(
+                        text=getattr(block, "thinking", ""),
+                        signature=getattr(block, "signature", None),
+                    )
+                )
+            elif kind == "redacted_thinking":
+                thinking.append(
+                    ThinkingBlock(text=getattr(block, "data", ""), signature=None, redacted=True)
+                )
+            elif kind == "tool_use":
+                tool_calls.append(
+                    ToolCall(
+                        id=getattr(block, "id", ""),
+                        name=getattr(block, "name", ""),
+                        arguments=_parse_input(getattr(block, "input", None)),
+                    )
+                )
+            # Server-side tool blocks (web search …) are not ours to run.
+        usage = message.usage
+        return ModelResponse(
+            message=AssistantMessage(text="".join(texts), tool_calls=tool_calls, thinking=thinking),
+            usage=Usage(
+                input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0
+            ),
+            provider=self.provider,
+            model=self.config.name,
+            stop_reason=message.stop_reason,
+        )
+
+    # -- errors ------------------------------------------------------------
+
+    def _to_error(self, exc: Exception) -> ModelError | None:
+        import anthropic
+
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelTimeoutError(
+                f"anthropic model {self.name!r} did not answer within {self.config.timeout:g}s"
+            )
+        if isinstance(exc, anthropic.APIStatusError):
+            return ModelHTTPError(exc.status_code, sdk_error_message(exc))
+        if isinstance(exc, anthropic.APIResponseValidationError):
+            return ModelHTTPError(exc.status_code, f"invalid response: {exc.message}")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return ModelHTTPError(None, f"connection error: {exc.message}")
+        if isinstance(exc, anthropic.AnthropicError):
+            return ModelError(f"anthropic model {self.name!r} failed: {exc}")
+        return None
+
+
+def history_to_wire(history: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Neutral history -> Anthropic ``messages``.
+
+    Runs of user text and tool results collapse into one ``user`` message,
+    because the API wants roles to alternate and all results of one
+    assistant turn in the next user message.
+    """
+    wire: list[dict[str, Any]] = []
+    pending: list[UserMessage | ToolResultMessage] = []
+
+    def flush() -> None:
+        if pending:
+            wire.append({"role": "user", "content": _user_blocks(pending)})
+            pending.clear()
+
+    for message in history:
+        if isinstance(message, UserMessage | ToolResultMessage):
+            pending.append(message)
+            continue
+        blocks = _assistant_blocks(message)
+        if not blocks:
+            # An empty assistant turn is rejected by the API; dropping it lets
+            # the user messages around it merge.
+            continue
+        flush()
+        wire.append({"role": "assistant", "content": blocks})
+    flush()
+    return wire
+
+
+def _user_blocks(messages: list[UserMessage | ToolResultMessage]) -> list[dict[str, Any]]:
+    # The API wants tool_result blocks before any text in a user message.
+    results: list[dict[str, Any]] = []
+    texts: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, ToolResultMessage):
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": message.call_id,
+                "content": message.content,
+            }
+            if message.error_kind is not None:
+                block["is_error"] = True
+            results.append(block)
+        elif message.text:
+            # Empty text blocks are rejected by the API.
+            texts.append({"type": "text", "text": message.text})
+    if not results and not texts:
+        texts.append({"type": "text", "text": "(empty message)"})
+    return results + texts
+
+
+def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for block in message.thinking:
+        if block.redacted:
+            blocks.append({"type": "redacted_thinking", "data": block.text})
+        else:
+            blocks.append(
+                {"type": "thinking", "thinking": block.text, "signature": block.signature or ""}
+            )
+    if message.text:
+        blocks.append({"type": "text", "text": message.text})
+    for call in message.tool_calls:
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                # Raw (invalid) arguments cannot be replayed as an object.
+                "input": call.arguments if isinstance(call.arguments, dict) else {},
+            }
+        )
+    return blocks
+
+
+def _parse_input(raw: Any) -> dict[str, Any] | str:
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw
+        return parsed if isinstance(parsed, dict) else raw
+    return json.dumps(raw)
+
+
+def _is_retryable(exc: Exception) -> bool:
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        return status_is_retryable(exc.status_code)
+    return isinstance(exc, anthropic.APIConnectionError)

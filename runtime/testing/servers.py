@@ -1,0 +1,526 @@
+"""Local fake model servers that speak the OpenAI and Anthropic wire formats.
+
+Used by the provider wire tests and the benchmarks: the real SDK clients talk
+to an :mod:`aiohttp` server on ``127.0.0.1`` with an ephemeral port. Each
+server records every JSON request body (``requests``) and its headers
+(``headers``), and answers from a queue of scripted replies, falling back to a
+default text reply when the queue is empty::
+
+    async with FakeOpenAIServer() as srv:
+        srv.enqueue_error(429, headers={"retry-after": "0"})
+        srv.enqueue_text("hi")
+        model = OpenAIChatModel(config.model_copy(update={"base_url": srv.base_url}))
+
+Latency is an ``asyncio.sleep`` per response, so thousands of concurrent
+requests overlap instead of queueing behind each other.
+
+``with FakeOpenAIServer() as srv:`` (no ``async``) serves from a background
+thread with its own event loop instead, for callers that block their own loop
+(a Ray driver calling ``ray.get``) while other processes hit the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+
+__all__ = ["FakeAnthropicServer", "FakeModelServer", "FakeOpenAIServer", "ScriptedReply"]
+
+
+@dataclass
+class ScriptedReply:
+    """One queued answer: an HTTP status, a JSON (or text) body and headers.
+
+    ``latency`` overrides the server-wide latency for this reply only.
+    """
+
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    latency: float | None = None
+
+
+class FakeModelServer:
+    """Shared machinery: lifecycle, recording, the reply queue, latency."""
+
+    #: The POST route the SDK calls, relative to the server root.
+    route: str = ""
+
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        default_text: str | None = "ok",
+        model: str = "fake-model",
+        backlog: int = 4096,
+    ) -> None:
+        self.latency = latency
+        # ``None`` makes an unscripted request fail loudly (HTTP 500).
+        self.default_text = default_text
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._queue: deque[ScriptedReply] = deque()
+        self._ids = itertools.count(1)
+        self._backlog = backlog
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> Self:
+        """Bind to an ephemeral port on 127.0.0.1 and start serving."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post(self.route, self._handle)
+        # handler_cancellation: a client that timed out should not leave a
+        # sleeping handler behind that delays shutdown.
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        # A large backlog keeps a burst of 1,000 connects from overflowing
+        # the listen queue (which shows up as ~1 s SYN-retry stalls).
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=self._backlog)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving; idempotent."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def start_in_thread(self, timeout: float = 10.0) -> Self:
+        """Serve from a daemon thread running its own event loop."""
+        if self._thread is not None:
+            raise RuntimeError("server is already running in a thread")
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(
+            target=loop.run_forever, name=f"{type(self).__name__}-loop", daemon=True
+        )
+        thread.start()
+        self._thread, self._thread_loop = thread, loop
+        try:
+            asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout)
+        except BaseException:
+            self.stop_thread()
+            raise
+        return self
+
+    def stop_thread(self, timeout: float = 10.0) -> None:
+        """Stop a server started with :meth:`start_in_thread`; idempotent."""
+        loop, thread = self._thread_loop, self._thread
+        if loop is None or thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
+            loop.close()
+            self._thread, self._thread_loop = None, None
+
+    def __enter__(self) -> Self:
+        return self.start_in_thread()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_thread()
+
+    @property
+    def root_url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        if self._port is None:
+            raise RuntimeError("server is not started")
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` to hand to the SDK client."""
+        return self.root_url
+
+    # -- inspection --------------------------------------------------------
+
+    @property
+    def last_request(self) -> dict[str, Any]:
+        """The most recent JSON request body."""
+        return self.requests[-1]
+
+    @property
+    def api_keys(self) -> list[str | None]:
+        """The API key each request carried (``x-api-key`` or bearer token)."""
+        keys: list[str | None] = []
+        for headers in self.headers:
+            key = headers.get("x-api-key")
+            auth = headers.get("authorization", "")
+            if key is None and auth.lower().startswith("bearer "):
+                key = auth[len("bearer ") :]
+            keys.append(key)
+        return keys
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet consumed."""
+        return len(self._queue)
+
+    # -- scripting ---------------------------------------------------------
+
+    def enqueue_raw(
+        self,
+        body: Any,
+        *,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        latency: float | None = None,
+    ) -> None:
+        """Queue a reply body sent verbatim (a dict is sent as JSON)."""
+        self._queue.append(ScriptedReply(status, body, dict(headers or {}), latency))
+
+    def enqueue_error(
+        self,
+        status: int,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        message: str | None = None,
+        latency: float | None = None,
+    ) -> None:
+        """Queue an error status; the body defaults to the provider's error shape."""
+        if body is None:
+            body = self._error_body(status, message or f"scripted error {status}")
+        self.enqueue_raw(body, status=status, headers=headers, latency=latency)
+
+    def clear(self) -> None:
+        """Forget recorded requests and drop unconsumed replies."""
+        self.requests.clear()
+        self.headers.clear()
+        self._queue.clear()
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids):06d}"
+
+    # -- provider-specific shapes (overridden) ------------------------------
+
+    def _error_body(self, status: int, message: str) -> Any:
+        raise NotImplementedError
+
+    def _default_reply(self, request: dict[str, Any]) -> ScriptedReply:
+        if self.default_text is None:
+            return ScriptedReply(500, self._error_body(500, "no scripted reply queued"))
+        return ScriptedReply(200, self._text_body(self.default_text, request))
+
+    def _text_body(self, text: str, request: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _finish(self, body: Any, request: dict[str, Any]) -> Any:
+        """Fill per-request fields (model echo) into a scripted success body."""
+        return body
+
+    # -- serving -----------------------------------------------------------
+
+    async def _handle(self, http_request: web.Request) -> web.StreamResponse:
+        try:
+            payload = await http_request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response(self._error_body(400, "body is not JSON"), status=400)
+        self.requests.append(payload)
+        self.headers.append({k.lower(): v for k, v in http_request.headers.items()})
+        # Take the reply on arrival so concurrent requests consume in order.
+        reply = self._queue.popleft() if self._queue else self._default_reply(payload)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            delay = self.latency if reply.latency is None else reply.latency
+            if delay > 0:
+                await asyncio.sleep(delay)
+        finally:
+            self.in_flight -= 1
+        body = reply.body
+        if reply.status < 400 and isinstance(body, dict):
+            body = self._finish(body, payload)
+        if isinstance(body, str | bytes):
+            return web.Response(
+                status=reply.status,
+                body=body.encode() if isinstance(body, str) else body,
+                headers=reply.headers,
+                content_type="application/json",
+            )
+        return web.json_response(body, status=reply.status, headers=reply.headers)
+
+
+def _arguments_text(arguments: dict[str, Any] | str) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+class FakeOpenAIServer(FakeModelServer):
+    """Speaks ``POST /v1/chat/completions`` (non-streaming)."""
+
+    route = "/v1/chat/completions"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def _error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            429: "rate_limit_exceeded",
+        }.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    def _completion(
+        self,
+        message: dict[str, Any],
+        finish_reason: str,
+        *,
+        prompt_tokens: int = 10,
+        completion_tokens: int = 5,
+    ) -> dict[str, Any]:
+        return {
+            "id": self._next_id("chatcmpl-fake"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    def _text_body(self, text: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self._finish(self._completion(_openai_message(text), "stop"), request)
+
+    def _finish(self, body: Any, request: dict[str, Any]) -> Any:
+        if body.get("object") == "chat.completion" and "model" in request:
+            body = {**body, "model": request["model"]}
+        return body
+
+    def enqueue_text(
+        self,
+        text: str,
+        *,
+        reasoning_content: str | None = None,
+        finish_reason: str = "stop",
+        usage: tuple[int, int] = (10, 5),
+        latency: float | None = None,
+    ) -> None:
+        """Queue a plain assistant reply."""
+        message = _openai_message(text, reasoning_content=reasoning_content)
+        body = self._completion(
+            message, finish_reason, prompt_tokens=usage[0], completion_tokens=usage[1]
+        )
+        self.enqueue_raw(body, latency=latency)
+
+    def enqueue_tool_call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str,
+        *,
+        call_id: str | None = None,
+        text: str | None = None,
+        reasoning_content: str | None = None,
+        latency: float | None = None,
+    ) -> None:
+        """Queue one tool call; a ``str`` ``arguments`` is sent verbatim."""
+        self.enqueue_tool_calls(
+            [(name, arguments, call_id)],
+            text=text,
+            reasoning_content=reasoning_content,
+            latency=latency,
+        )
+
+    def enqueue_tool_calls(
+        self,
+        calls: list[tuple[str, dict[str, Any] | str, str | None]],
+        *,
+        text: str | None = None,
+        reasoning_content: str | None = None,
+        latency: float | None = None,
+    ) -> None:
+        """Queue several parallel tool calls ``(name, arguments, call_id)``."""
+        tool_calls = [
+            {
+                "id": call_id or self._next_id("call_"),
+                "type": "function",
+                "function": {"name": name, "arguments": _arguments_text(arguments)},
+            }
+            for name, arguments, call_id in calls
+        ]
+        message = _openai_message(text, reasoning_content=reasoning_content)
+        message["tool_calls"] = tool_calls
+        self.enqueue_raw(self._completion(message, "tool_calls"), latency=latency)
+
+
+def _openai_message(text: str | None, *, reasoning_content: str | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if reasoning_content is not None:
+        message["reasoning_content"] = reasoning_content
+    return message
+
+
+class FakeAnthropicServer(FakeModelServer):
+    """Speaks ``POST /v1/messages`` (non-streaming)."""
+
+    route = "/v1/messages"
+
+    def _error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            403: "permission_error",
+            404: "not_found_error",
+            413: "request_too_large",
+            429: "rate_limit_error",
+            529: "overloaded_error",
+        }.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def _message(
+        self,
+        content: list[dict[str, Any]],
+        stop_reason: str,
+        *,
+        input_tokens: int = 10,
+        output_tokens: int = 5,
+    ) -> dict[str, Any]:
+        return {
+            "id": self._next_id("msg_fake"),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        }
+
+    def _text_body(self, text: str, request: dict[str, Any]) -> dict[str, Any]:
+        body = self._message([{"type": "text", "text": text}], "end_turn")
+        return self._finish(body, request)
+
+    def _finish(self, body: Any, request: dict[str, Any]) -> Any:
+        if body.get("type") == "message" and "model" in request:
+            body = {**body, "model": request["model"]}
+        return body
+
+    @staticmethod
+    def thinking_block(thinking: str, signature: str = "sig-fake") -> dict[str, Any]:
+        """A ``thinking`` content block."""
+        return {"type": "thinking", "thinking": thinking, "signature": signature}
+
+    @staticmethod
+    def redacted_thinking_block(data: str) -> dict[str, Any]:
+        """A ``redacted_thinking`` content block."""
+        return {"type": "redacted_thinking", "data": data}
+
+    def tool_use_block(
+        self, name: str, arguments: dict[str, Any] | str, call_id: str | None = None
+    ) -> dict[str, Any]:
+        """A ``tool_use`` block; a ``str`` ``arguments`` is sent verbatim as input."""
+        return {
+            "type": "tool_use",
+            "id": call_id or self._next_id("toolu_fake"),
+            "name": name,
+            "input": arguments,
+        }
+
+    def enqueue_content(
+        self,
+        content: list[dict[str, Any]],
+        *,
+        stop_reason: str | None = None,
+        usage: tuple[int, int] = (10, 5),
+        latency: float | None = None,
+    ) -> None:
+        """Queue a message with these content blocks."""
+        if stop_reason is None:
+            has_tool = any(block.get("type") == "tool_use" for block in content)
+            stop_reason = "tool_use" if has_tool else "end_turn"
+        body = self._message(content, stop_reason, input_tokens=usage[0], output_tokens=usage[1])
+        self.enqueue_raw(body, latency=latency)
+
+    def enqueue_text(
+        self,
+        text: str,
+        *,
+        thinking: str | None = None,
+        signature: str = "sig-fake",
+        stop_reason: str = "end_turn",
+        usage: tuple[int, int] = (10, 5),
+        latency: float | None = None,
+    ) -> None:
+        """Queue a text reply, optionally preceded by a thinking block."""
+        content = [] if thinking is None else [self.thinking_block(thinking, signature)]
+        content.append({"type": "text", "text": text})
+        self.enqueue_content(content, stop_reason=stop_reason, usage=usage, latency=latency)
+
+    def enqueue_tool_call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str,
+        *,
+        call_id: str | None = None,
+        text: str | None = None,
+        latency: float | None = None,
+    ) -> None:
+        """Queue one ``tool_use`` (optionally after some text)."""
+        content = [] if not text else [{"type": "text", "text": text}]
+        content.append(self.tool_use_block(name, arguments, call_id))
+        self.enqueue_content(content, latency=latency)
+
+    def enqueue_thinking_then_tool_call(
+        self,
+        thinking: str,
+        name: str,
+        arguments: dict[str, Any] | str,
+        *,
+        signature: str = "sig-fake",
+        call_id: str | None = None,
+        text: str | None = None,
+        latency: float | None = None,
+    ) -> None:
+        """Queue ``thinking`` (with signature), optional text, then a ``tool_use``."""
+        content = [self.thinking_block(thinking, signature)]
+        if text:
+            content.append({"type": "text", "text": text})
+        content.append(self.tool_use_block(name, arguments, call_id))
+        self.enqueue_content(content, latency=latency)
