@@ -42,6 +42,7 @@ class Runtime:
         self.id = runtime_id(home)
         self._owns_ray = owns_ray
         self.detached = detached
+        self._handles: dict[str, Any] = {}
         self.audit: Any = get_or_create_audit_log(
             str(home / "audit.duckdb"),
             name=audit_name(self.id),
@@ -106,6 +107,29 @@ class Runtime:
             text=text,
         )
 
+    def _handle(self, persona: str) -> Any:
+        handle = self._handles.get(persona)
+        if handle is None:
+            try:
+                handle = ray.get(self.router.resolve.remote(persona))
+            except ray.exceptions.RayError as exc:
+                raise _unwrap(exc) from None
+            self._handles[persona] = handle
+        return handle
+
+    def _failed(self, envelope: MessageEnvelope, exc: BaseException) -> ReplyEnvelope:
+        # The handle may be stale (actor died); the router re-activates next time.
+        self._handles.pop(envelope.recipient, None)
+        return ReplyEnvelope(
+            reply_to=envelope.id,
+            sender=envelope.recipient,
+            conversation_id=envelope.conversation_id,
+            turn_id="",
+            text="",
+            status="error",
+            error=f"persona {envelope.recipient!r} failed: {_unwrap(exc)}",
+        )
+
     async def ask_async(
         self,
         persona: str,
@@ -116,15 +140,20 @@ class Runtime:
     ) -> ReplyEnvelope:
         """Send ``text`` and wait for the persona's reply (``asyncio``)."""
         envelope = self.envelope(persona, text, conversation_id=conversation_id)
+        handle = self._handles.get(persona)
+        if handle is None:
+            try:
+                handle = await self.router.resolve.remote(persona)
+            except ray.exceptions.RayError as exc:
+                raise _unwrap(exc) from None
+            self._handles[persona] = handle
         try:
-            reply: ReplyEnvelope = await asyncio.wait_for(
-                self.router.deliver.remote(envelope), timeout
-            )
+            data = await asyncio.wait_for(handle.handle.remote(envelope.model_dump_json()), timeout)
         except TimeoutError:
             raise DeliveryError(f"{persona!r} did not reply within {timeout:g} s") from None
         except ray.exceptions.RayError as exc:
-            raise _unwrap(exc) from None
-        return reply
+            return self._failed(envelope, exc)
+        return ReplyEnvelope.model_validate_json(data)
 
     def ask(
         self,
@@ -134,16 +163,20 @@ class Runtime:
         conversation_id: str | None = None,
         timeout: float = DEFAULT_ASK_TIMEOUT,
     ) -> ReplyEnvelope:
-        """Send ``text`` and wait for the persona's reply."""
+        """Send ``text`` and wait for the persona's reply.
+
+        The persona's actor handle comes from the router once and is cached;
+        messages then go to it directly.
+        """
         envelope = self.envelope(persona, text, conversation_id=conversation_id)
-        ref = self.router.deliver.remote(envelope)
+        ref = self._handle(persona).handle.remote(envelope.model_dump_json())
         try:
-            reply: ReplyEnvelope = ray.get(ref, timeout=timeout)
+            data = ray.get(ref, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             raise DeliveryError(f"{persona!r} did not reply within {timeout:g} s") from None
         except ray.exceptions.RayError as exc:
-            raise _unwrap(exc) from None
-        return reply
+            return self._failed(envelope, exc)
+        return ReplyEnvelope.model_validate_json(data)
 
     def personas(self) -> list[dict[str, Any]]:
         """Name, description and activity of every persona in the home."""

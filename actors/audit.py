@@ -18,14 +18,8 @@ from typing import Any, TypeVar
 
 import ray
 
-from runtime.audit import (
-    AuditBuffer,
-    AuditLogStats,
-    AuditOverloadedError,
-    AuditWriter,
-    QueryResult,
-    Row,
-)
+from runtime.audit import AuditLogStats, AuditWriter, QueryResult
+from runtime.audit_buffer import AuditBuffer, AuditOverloadedError, Row
 from runtime.messages import ChatMessage
 
 log = logging.getLogger("coterie.audit")

@@ -10,10 +10,10 @@ from typing import Any
 
 import ray
 
-from runtime.audit import AuditBuffer
+from runtime.audit_buffer import AuditBuffer
 from runtime.config import load_persona
 from runtime.errors import ModelError
-from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse, ReplyEnvelope
+from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse
 from runtime.models import build_model
 from runtime.models.base import Model
 from runtime.persona import PersonaRuntime
@@ -81,8 +81,15 @@ class PersonaActor:
         )
         return history
 
-    async def handle(self, envelope: MessageEnvelope) -> ReplyEnvelope:
-        return await self.runtime.handle(envelope)
+    async def handle(self, data: str) -> str:
+        """Answer one message envelope (JSON) with a reply envelope (JSON).
+
+        Envelopes cross actor boundaries as JSON through their TypeAdapter:
+        it is several times cheaper than pickling the pydantic objects.
+        """
+        envelope = MessageEnvelope.model_validate_json(data)
+        reply = await self.runtime.handle(envelope)
+        return reply.model_dump_json()
 
     async def flush(self) -> int:
         await self.buffer.flush()

@@ -91,12 +91,26 @@ class RouterActor:
         future.set_result(handle)
         return handle
 
-    async def deliver(self, envelope: MessageEnvelope) -> ReplyEnvelope:
-        """Deliver to the recipient's actor and wait for its turn's reply."""
+    async def resolve(self, name: str) -> Any:
+        """The actor handle of persona ``name``, activating it if needed.
+
+        Callers cache the handle and deliver to it directly (one hop instead
+        of two); they come back here when it fails or is unknown.
+        """
+        return await self._activate(name)
+
+    async def deliver(self, data: str) -> str:
+        """Deliver an envelope (JSON) and return the reply envelope (JSON).
+
+        For callers without a handle cache; a failed recipient becomes an
+        error reply rather than an exception.
+        """
+        envelope = MessageEnvelope.model_validate_json(data)
         handle = await self._activate(envelope.recipient)
         try:
-            reply: ReplyEnvelope = await handle.handle.remote(envelope)
+            reply: str = await handle.handle.remote(data)
         except ray.exceptions.RayError as exc:
+            self._actors.pop(envelope.recipient, None)
             return ReplyEnvelope(
                 reply_to=envelope.id,
                 sender=envelope.recipient,
@@ -105,7 +119,7 @@ class RouterActor:
                 text="",
                 status="error",
                 error=f"persona {envelope.recipient!r} failed: {_unwrap(exc)}",
-            )
+            ).model_dump_json()
         return reply
 
     async def personas(self) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import ray
 from actors.api import Runtime
 from actors.naming import router_name
 from runtime.errors import PersonaConfigError, UnknownPersonaError
-from runtime.messages import MessageEnvelope
+from runtime.messages import MessageEnvelope, ReplyEnvelope
 from tests.helpers import scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -136,7 +136,8 @@ def test_router_reachable_by_name_from_anywhere(rt: Runtime) -> None:
     def from_a_task(name: str, namespace: str) -> str:
         router = ray.get_actor(name, namespace=namespace)
         envelope = MessageEnvelope(recipient="echo", conversation_id="echo:task", text="hello")
-        return str(ray.get(router.deliver.remote(envelope)).text)
+        reply = ray.get(router.deliver.remote(envelope.model_dump_json()))
+        return ReplyEnvelope.model_validate_json(reply).text
 
     assert ray.get(from_a_task.remote(router_name(rt.id), rt.namespace)) == "hi back"
 

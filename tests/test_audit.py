@@ -14,14 +14,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from runtime.audit import (
-    EVENT_COLUMNS,
-    AuditBuffer,
-    AuditSink,
-    AuditWriter,
-    event_to_row,
-    read_only_query,
-)
+from runtime.audit import EVENT_COLUMNS, AuditWriter, read_only_query
+from runtime.audit_buffer import AuditBuffer, event_to_row
+from runtime.context import AuditSink
 from runtime.errors import AuditQueryError
 from runtime.messages import (
     AssistantMessage,
