@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,17 @@ DEFAULT_ASK_TIMEOUT = 120.0
 def _unwrap(exc: BaseException) -> BaseException:
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, CoterieError) else exc
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (Ray itself retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", "ray://…" and the like: Ray resolves those itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise CoterieError(f"cannot reach the Ray cluster at {address}: {exc}") from None
 
 
 class Runtime:
@@ -82,6 +94,7 @@ class Runtime:
             namespace = ray.get_runtime_context().namespace or NAMESPACE
             detached = False
         elif address:
+            _check_reachable(address)
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
             namespace, detached = NAMESPACE, True
         else:
