@@ -7,6 +7,7 @@ defined in ``runtime`` and implemented by ``actors`` (faked in unit tests).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -14,7 +15,13 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from runtime.config import ThinkingMode, ToolFilter
-from runtime.messages import ChatMessage, TurnContextKind, TurnEvent
+from runtime.messages import (
+    ChatMessage,
+    MessageEnvelope,
+    ReplyEnvelope,
+    TurnContextKind,
+    TurnEvent,
+)
 
 BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
 
@@ -25,6 +32,23 @@ class AuditSink(Protocol):
     def record(self, event: TurnEvent) -> None: ...
 
     async def flush(self) -> None: ...
+
+
+class Messenger(Protocol):
+    """Delivery between personas (the router in a cluster, a hub in-process)."""
+
+    async def ask(self, envelope: MessageEnvelope, *, timeout: float) -> ReplyEnvelope:
+        """Deliver and wait for the reply.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds (the target's turn
+        goes on), :class:`~runtime.errors.UnknownPersonaError`, or a
+        :class:`~runtime.errors.DeliveryError` such as ``QueueFullError``.
+        """
+        ...
+
+    async def post(self, envelope: MessageEnvelope) -> None:
+        """Deliver without waiting for the turn; raises if it was not accepted."""
+        ...
 
 
 class NullAudit:
@@ -70,7 +94,8 @@ class Services:
     """Handles to the rest of the runtime; each may be absent."""
 
     audit: AuditSink = field(default_factory=NullAudit)
-    # Filled in by later capabilities (router, memory, processes, scheduler).
+    messenger: Messenger | None = None
+    # Filled in by later capabilities (memory, processes, scheduler).
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -89,6 +114,12 @@ class TurnContext:
     end_task: EndTask | None = None
     think_reason: str | None = None
     services: Services = field(default_factory=Services)
+    # Every persona on the runtime (name, description), this one included.
+    roster: list[tuple[str, str]] = field(default_factory=list)
+    # Personas waiting on this turn's messages, outermost first.
+    ask_path: list[str] = field(default_factory=list)
+    # Set when a new message arrives mid-turn: stop after the current tools.
+    interrupted: Callable[[], bool] = field(default=lambda: False)
     spill_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "coterie-spill")
     workspace: Path | None = None
 
@@ -115,6 +146,7 @@ __all__ = [
     "AuditSink",
     "Conversation",
     "EndTask",
+    "Messenger",
     "NullAudit",
     "Services",
     "TodoItem",

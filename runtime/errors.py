@@ -15,8 +15,14 @@ returned as tool-result strings (see ``runtime.runner``).
     │   ├── ModelHTTPError          the provider answered with an error status
     │   └── ModelTimeoutError       no answer within the configured timeout
     ├── DeliveryError               a message could not be delivered or answered
-    │   └── TurnFailedError         the target's turn crashed
+    │   ├── TurnFailedError         the target's turn crashed
+    │   ├── QueueFullError          the target's queue of persona messages is full
+    │   └── AskCycleError           the ask would wait on a persona waiting on the asker
     └── AuditQueryError             an audit query was refused or failed
+
+    ToolError                       (apart from the tree) a tool's failure the
+                                    model should read: the runner turns it into
+                                    {"error": kind, "detail": …}
 """
 
 from __future__ import annotations
@@ -102,5 +108,47 @@ class TurnFailedError(DeliveryError):
     """The recipient's turn failed with a runtime error."""
 
 
+class QueueFullError(DeliveryError):
+    """A conversation already holds its cap of queued persona-sourced messages."""
+
+    def __init__(self, conversation_id: str, queued: int, cap: int) -> None:
+        self.conversation_id = conversation_id
+        self.queued = queued
+        self.cap = cap
+        super().__init__(
+            f"the message queue of {conversation_id} is full ({queued}/{cap} messages from "
+            "other personas waiting); try again after its current turn"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int]]:
+        return (type(self), (self.conversation_id, self.queued, self.cap))
+
+
+class AskCycleError(DeliveryError):
+    """Asking would close a loop of personas waiting on each other."""
+
+    def __init__(self, cycle: list[str]) -> None:
+        self.cycle = cycle
+        super().__init__(
+            "ask cycle: " + " → ".join(cycle) + f" ({cycle[-1]} is already waiting on this ask "
+            "chain; asking it would deadlock)"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[list[str]]]:
+        return (type(self), (self.cycle,))
+
+
 class AuditQueryError(CoterieError):
     """An audit query was refused (not read-only) or failed."""
+
+
+class ToolError(Exception):
+    """A tool's expected failure, reported to the model (not a runtime fault)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"{kind}: {detail}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.kind, self.detail))

@@ -59,6 +59,9 @@ class TurnResult:
     status: TurnStatus = "ok"
     steps: int = 0
     summary: str | None = None
+    # A soft interrupt stopped the turn after a tool batch; the messages that
+    # caused it are answered, with this turn's, by the next turn.
+    interrupted: bool = False
     new_messages: list[ChatMessage] = field(default_factory=list)
 
 
@@ -148,6 +151,10 @@ class TurnLoop:
             if ctx.end_task is not None:
                 result.text = last_text
                 return self._finish(ctx, result)
+            if ctx.interrupted():
+                result.interrupted = True
+                result.text = last_text
+                return result
 
     # ------------------------------------------------------------------
 

@@ -177,9 +177,20 @@ class MessageEnvelope(_Model):
     deadline: float | None = None
     # Personas currently waiting on this message, outermost first.
     ask_path: list[str] = Field(default_factory=list)
+    # Who sent it: a person, another persona, or the runtime itself (a wake).
+    # Only persona-sourced messages count against a conversation's queue cap.
+    source_kind: Literal["user", "persona", "wake"] = "user"
+    # return: the sender awaits the reply; mirror: the reply is posted back
+    # into the sender's inbox conversation as a wake; none: nobody hears it.
+    reply_mode: Literal["return", "mirror", "none"] = "return"
 
 
 TurnStatus = Literal["ok", "skipped", "failed", "error"]
+
+
+def inbox_id(target: str, source: str) -> str:
+    """The conversation in ``target`` that holds what ``source`` sent it."""
+    return f"{target}:inbox:{source}"
 
 
 class ReplyEnvelope(_Model):
@@ -261,6 +272,8 @@ class TurnEnded(_Event):
     steps: int
     duration_ms: float
     error: str | None = None
+    # Ended early by a soft interrupt; its messages are answered by the next turn.
+    interrupted: bool = False
 
 
 class EnvelopeEvent(_Event):
@@ -314,6 +327,7 @@ __all__ = [
     "chat_history_adapter",
     "chat_message_adapter",
     "envelope_adapter",
+    "inbox_id",
     "new_id",
     "turn_event_adapter",
 ]

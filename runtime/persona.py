@@ -1,9 +1,19 @@
 """A persona's conversations and turns, without Ray.
 
-:class:`PersonaRuntime` is the plain logic inside ``PersonaActor``: it keeps
-the conversations, runs one turn at a time per conversation, and folds
-messages that arrive mid-turn into the next turn (every waiting caller gets
-the merged turn's reply).
+:class:`PersonaRuntime` is the plain logic inside ``PersonaActor``:
+
+- one turn at a time per conversation; different conversations run in
+  parallel;
+- a message that reaches a conversation mid-turn is queued and requests a
+  *soft interrupt*: the running turn stops after its current tool calls, and
+  everything queued (plus the interrupted turn's own messages) is answered by
+  one merged turn — nothing said is dropped, and every waiting caller gets
+  that turn's reply;
+- messages from other personas are capped per conversation
+  (``max_queue``); messages from people are never refused;
+- a ``send_to_persona`` message (``reply_mode="mirror"``) has its reply
+  posted back into the sender's inbox conversation, unless the turn ended
+  with ``end_task(status="skipped")``.
 """
 
 from __future__ import annotations
@@ -16,9 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.config import Persona
-from runtime.context import AuditSink, Conversation, NullAudit, Services, TurnContext
-from runtime.errors import CoterieError
-from runtime.loop import TurnLoop
+from runtime.context import (
+    AuditSink,
+    Conversation,
+    Messenger,
+    NullAudit,
+    Services,
+    TurnContext,
+)
+from runtime.errors import CoterieError, QueueFullError
+from runtime.loop import TurnLoop, TurnResult
 from runtime.messages import (
     ChatMessage,
     EnvelopeEvent,
@@ -29,6 +46,7 @@ from runtime.messages import (
     TurnStarted,
     TurnStatus,
     UserMessage,
+    inbox_id,
     new_id,
 )
 from runtime.models.base import Model
@@ -39,20 +57,38 @@ from runtime.tool import ToolRegistry
 log = logging.getLogger("coterie.persona")
 
 HistoryLoader = Callable[[str], Awaitable[list[ChatMessage]]]
+DEFAULT_MAX_QUEUE = 256
 
 
 @dataclass
 class _Pending:
     envelope: MessageEnvelope
-    future: asyncio.Future[ReplyEnvelope]
+    # None for posted messages nobody waits on.
+    future: asyncio.Future[ReplyEnvelope] | None
 
 
 @dataclass
 class _ConversationSlot:
     conversation: Conversation
     queue: list[_Pending] = field(default_factory=list)
+    # Messages of an interrupted turn: already in the history, answered next.
+    carried: list[_Pending] = field(default_factory=list)
     worker: asyncio.Task[None] | None = None
+    in_turn: bool = False
+    interrupt: bool = False
     loaded: bool = False
+
+    def persona_sourced_queued(self) -> int:
+        return sum(p.envelope.source_kind == "persona" for p in self.queue)
+
+
+def render_input(envelope: MessageEnvelope) -> str:
+    """The text a turn's model sees for an incoming envelope."""
+    if envelope.source_kind == "persona":
+        return f"[message from persona {envelope.sender}] {envelope.text}"
+    if envelope.source_kind == "wake":
+        return f"[{envelope.sender}] {envelope.text}"
+    return envelope.text
 
 
 class PersonaRuntime:
@@ -65,17 +101,21 @@ class PersonaRuntime:
         model: Model,
         registry: ToolRegistry,
         audit: AuditSink | None = None,
+        messenger: Messenger | None = None,
         roster: Sequence[tuple[str, str]] = (),
         history_loader: HistoryLoader | None = None,
         spill_dir: Path | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
     ) -> None:
         self.persona = persona
         self.model = model
         self.registry = registry
         self.audit: AuditSink = audit or NullAudit()
+        self.messenger = messenger
         self.roster = list(roster)
         self.history_loader = history_loader
         self.spill_dir = spill_dir or persona.path / ".spill"
+        self.max_queue = max_queue
         cfg = persona.config
         self.loop = TurnLoop(
             model=model,
@@ -86,6 +126,7 @@ class PersonaRuntime:
         )
         self._slots: dict[str, _ConversationSlot] = {}
         self.turns_run = 0
+        self.last_activity = time.monotonic()
 
     @property
     def name(self) -> str:
@@ -96,7 +137,12 @@ class PersonaRuntime:
         return self._slot(conversation_id).conversation
 
     def busy(self) -> bool:
+        """Whether any conversation has a turn running or messages waiting."""
         return any(s.worker is not None and not s.worker.done() for s in self._slots.values())
+
+    def idle_for(self) -> float:
+        """Seconds since the last message or turn end (0 while busy)."""
+        return 0.0 if self.busy() else time.monotonic() - self.last_activity
 
     def _slot(self, conversation_id: str) -> _ConversationSlot:
         slot = self._slots.get(conversation_id)
@@ -105,12 +151,15 @@ class PersonaRuntime:
             self._slots[conversation_id] = slot
         return slot
 
-    async def handle(self, envelope: MessageEnvelope) -> ReplyEnvelope:
-        """Queue the message for its conversation and wait for the reply.
+    # -- accepting messages ----------------------------------------------
 
-        A message arriving while that conversation is mid-turn waits and is
-        answered, together with everything else queued, by the next turn.
-        """
+    def _accept(self, envelope: MessageEnvelope, *, wait: bool) -> _Pending:
+        slot = self._slot(envelope.conversation_id)
+        if envelope.source_kind == "persona":
+            queued = slot.persona_sourced_queued()
+            if queued >= self.max_queue:
+                raise QueueFullError(envelope.conversation_id, queued, self.max_queue)
+        self.last_activity = time.monotonic()
         self.audit.record(
             EnvelopeEvent(
                 persona=self.name,
@@ -119,27 +168,70 @@ class PersonaRuntime:
                 envelope=envelope,
             )
         )
-        slot = self._slot(envelope.conversation_id)
-        future: asyncio.Future[ReplyEnvelope] = asyncio.get_running_loop().create_future()
-        slot.queue.append(_Pending(envelope, future))
+        future = asyncio.get_running_loop().create_future() if wait else None
+        pending = _Pending(envelope, future)
+        slot.queue.append(pending)
+        if slot.in_turn:
+            slot.interrupt = True  # soft: the turn stops after its current tools
         if slot.worker is None or slot.worker.done():
             slot.worker = asyncio.create_task(self._drain(slot))
-        return await future
+        return pending
+
+    async def handle(self, envelope: MessageEnvelope) -> ReplyEnvelope:
+        """Queue the message and wait for the reply of the turn that answers it.
+
+        Raises :class:`QueueFullError` when a persona-sourced message finds
+        its conversation's queue full.
+        """
+        pending = self._accept(envelope, wait=True)
+        assert pending.future is not None
+        return await pending.future
+
+    def post(self, envelope: MessageEnvelope) -> None:
+        """Queue the message without waiting for its turn (fire and forget)."""
+        self._accept(envelope, wait=False)
+
+    # -- turns -----------------------------------------------------------
 
     async def _drain(self, slot: _ConversationSlot) -> None:
         while slot.queue:
-            batch, slot.queue = slot.queue, []
+            new, slot.queue = slot.queue, []
+            batch, slot.carried = [*slot.carried, *new], []
+            slot.interrupt = False
+            slot.in_turn = True
             try:
-                replies = await self._turn(slot, [p.envelope for p in batch])
+                result, turn_id = await self._turn(slot, new, batch)
             except Exception as exc:  # a runtime failure: every caller hears of it
                 log.exception("turn failed for %s/%s", self.name, slot.conversation.id)
-                replies = [self._error_reply(p.envelope, exc) for p in batch]
-            for pending, reply in zip(batch, replies, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(reply)
+                self._resolve(batch, [self._error_reply(p.envelope, exc) for p in batch])
+                continue
+            finally:
+                slot.in_turn = False
+                self.last_activity = time.monotonic()
+            if result.interrupted and slot.queue:
+                slot.carried = batch
+                continue
+            self._resolve(batch, [self._reply(p.envelope, result, turn_id) for p in batch])
+            await self._mirror(batch, result)
+
+    def _resolve(self, batch: list[_Pending], replies: list[ReplyEnvelope]) -> None:
+        for pending, reply in zip(batch, replies, strict=True):
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_result(reply)
+
+    def _reply(self, envelope: MessageEnvelope, result: TurnResult, turn_id: str) -> ReplyEnvelope:
+        return ReplyEnvelope(
+            reply_to=envelope.id,
+            sender=self.name,
+            conversation_id=envelope.conversation_id,
+            turn_id=turn_id,
+            text=result.text,
+            status=result.status,
+            steps=result.steps,
+        )
 
     def _error_reply(self, envelope: MessageEnvelope, exc: BaseException) -> ReplyEnvelope:
-        kind = type(exc).__name__ if not isinstance(exc, CoterieError) else "error"
+        detail = str(exc) if isinstance(exc, CoterieError) else f"{type(exc).__name__}: {exc}"
         return ReplyEnvelope(
             reply_to=envelope.id,
             sender=self.name,
@@ -147,27 +239,52 @@ class PersonaRuntime:
             turn_id="",
             text="",
             status="error",
-            error=f"{kind}: {exc}" if kind != "error" else str(exc),
+            error=detail,
         )
 
+    async def _mirror(self, batch: list[_Pending], result: TurnResult) -> None:
+        """Post the turn's reply back to each persona that sent with ``mirror``."""
+        if result.status in ("skipped", "error") or not result.text or self.messenger is None:
+            return
+        senders = dict.fromkeys(
+            p.envelope.sender for p in batch if p.envelope.reply_mode == "mirror"
+        )
+        for sender in senders:
+            envelope = MessageEnvelope(
+                sender=self.name,
+                recipient=sender,
+                conversation_id=inbox_id(sender, self.name),
+                text=result.text,
+                source_kind="persona",
+                reply_mode="none",
+            )
+            try:
+                await self.messenger.post(envelope)
+            except CoterieError as exc:
+                log.warning("could not mirror %s's reply to %s: %s", self.name, sender, exc)
+
     async def _turn(
-        self, slot: _ConversationSlot, envelopes: list[MessageEnvelope]
-    ) -> list[ReplyEnvelope]:
+        self, slot: _ConversationSlot, new: list[_Pending], batch: list[_Pending]
+    ) -> tuple[TurnResult, str]:
         conversation = slot.conversation
         if not slot.loaded:
             slot.loaded = True
             if self.history_loader is not None and not conversation.history:
                 conversation.history = await self.history_loader(conversation.id)
         turn_id = new_id("turn_")
-        first = envelopes[0]
+        envelopes = [p.envelope for p in batch]
+        ask_path = list(dict.fromkeys(name for e in envelopes for name in e.ask_path))
         ctx = TurnContext(
             persona=self.name,
             conversation=conversation,
             turn_id=turn_id,
-            context=first.context,
+            context=envelopes[0].context,
             tool_filter=self.persona.config.tools,
             thinking_mode=self.persona.config.thinking,
-            services=Services(audit=self.audit),
+            services=Services(audit=self.audit, messenger=self.messenger),
+            roster=self.roster,
+            ask_path=ask_path,
+            interrupted=lambda: slot.interrupt,
             spill_dir=self.spill_dir,
             workspace=self.persona.workspace,
         )
@@ -177,12 +294,13 @@ class PersonaRuntime:
                 persona=self.name,
                 conversation_id=conversation.id,
                 turn_id=turn_id,
-                context=first.context,
+                context=ctx.context,
                 message_ids=[e.id for e in envelopes],
             )
         )
-        for env in envelopes:
-            message = UserMessage(text=env.text, source=env.sender)
+        for pending in new:
+            env = pending.envelope
+            message = UserMessage(text=render_input(env), source=env.sender)
             conversation.history.append(message)
             self.audit.record(
                 HistoryAppended(
@@ -196,24 +314,19 @@ class PersonaRuntime:
         try:
             result = await self.loop.run(ctx, system=system)
         except Exception as exc:
-            self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}")
+            self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}", False)
             raise
-        self._record_end(ctx, started, result.status, result.steps, None)
-        return [
-            ReplyEnvelope(
-                reply_to=env.id,
-                sender=self.name,
-                conversation_id=conversation.id,
-                turn_id=turn_id,
-                text=result.text,
-                status=result.status,
-                steps=result.steps,
-            )
-            for env in envelopes
-        ]
+        self._record_end(ctx, started, result.status, result.steps, None, result.interrupted)
+        return result, turn_id
 
     def _record_end(
-        self, ctx: TurnContext, started: float, status: TurnStatus, steps: int, error: str | None
+        self,
+        ctx: TurnContext,
+        started: float,
+        status: TurnStatus,
+        steps: int,
+        error: str | None,
+        interrupted: bool,
     ) -> None:
         self.turns_run += 1
         self.audit.record(
@@ -225,6 +338,7 @@ class PersonaRuntime:
                 steps=steps,
                 duration_ms=(time.perf_counter() - started) * 1000,
                 error=error,
+                interrupted=interrupted,
             )
         )
 
@@ -233,4 +347,4 @@ class PersonaRuntime:
         await self.model.aclose()
 
 
-__all__ = ["HistoryLoader", "PersonaRuntime"]
+__all__ = ["DEFAULT_MAX_QUEUE", "HistoryLoader", "PersonaRuntime", "render_input"]

@@ -5,7 +5,8 @@ no tool can wedge a turn. Failures come back as JSON error strings:
 
 ``timeout``, ``crashed``, ``unknown_tool``, ``invalid_arguments`` (with the
 schema echoed), ``repeated_call`` (blocked by the loop's guard) and
-``runner_exception`` (the runner itself failed).
+``runner_exception`` (the runner itself failed). A tool raising
+:class:`~runtime.errors.ToolError` reports its own kind and detail.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runtime.context import TurnContext
+from runtime.errors import ToolError
 from runtime.messages import ToolCall, ToolCalled, ToolFinished
 from runtime.tool import ToolSpec
 
@@ -192,6 +194,8 @@ class ToolRunner:
         if task.cancelled():
             return ToolOutcome(call, error_result("crashed", "the tool was cancelled"), "crashed")
         failure = task.exception()
+        if isinstance(failure, ToolError):
+            return ToolOutcome(call, error_result(failure.kind, failure.detail), failure.kind)
         if failure is not None:
             detail = f"{type(failure).__name__}: {failure}"
             return ToolOutcome(call, error_result("crashed", detail), "crashed")

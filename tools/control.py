@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import EndTask, TodoItem, TurnContext
 from runtime.tool import tool
@@ -26,6 +26,8 @@ def schedule_timezone() -> ZoneInfo:
 
 
 class ClockArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     format: Literal["iso8601", "time_only", "full"] = Field(
         default="iso8601",
         description="iso8601: 2026-11-29T14:30:00+00:00; time_only: 14:30:00; "
@@ -47,6 +49,8 @@ async def clock(args: ClockArgs, ctx: TurnContext) -> str:
 
 
 class EndTaskArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     status: Literal["ok", "skipped", "failed"] = Field(
         description="ok: the task is done; skipped: nothing to do (in an inbox thread "
         "this ends it without a reply); failed: the task could not be completed"
@@ -65,6 +69,8 @@ async def end_task(args: EndTaskArgs, ctx: TurnContext) -> str:
 
 
 class ThinkHarderArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     reason: str | None = Field(
         default=None,
         description="a short label for why (at most a few words); not a place to think",
@@ -86,6 +92,8 @@ async def think_harder(args: ThinkHarderArgs, ctx: TurnContext) -> str:
 
 
 class TodoWriteArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     todos: list[TodoItem] = Field(
         max_length=TODO_MAX_ITEMS,
         description="the whole list; it replaces the previous one",
@@ -110,7 +118,7 @@ async def todo_write(args: TodoWriteArgs, ctx: TurnContext) -> str:
 
 
 class TodoReadArgs(BaseModel):
-    pass
+    model_config = ConfigDict(extra="forbid")
 
 
 @tool(name="todo_read", timeout=30, allow_repeat=True)

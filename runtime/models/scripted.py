@@ -141,6 +141,29 @@ def latest_user_text(request: ModelRequest) -> str:
     return ""
 
 
+def latest_tool_results(request: ModelRequest) -> list[str]:
+    """Contents of the tool results since the newest assistant message, in order."""
+    results: list[str] = []
+    for message in reversed(request.messages):
+        if isinstance(message, ToolResultMessage):
+            results.append(message.content)
+        else:
+            break
+    return results[::-1]
+
+
+def fill_template(text: str, request: ModelRequest) -> str:
+    """Replace ``{last_tool_result}``, ``{tool_results}`` and ``{tool_result_N}``."""
+    if "{" not in text:
+        return text
+    results = latest_tool_results(request)
+    text = text.replace("{last_tool_result}", last_tool_result(request))
+    text = text.replace("{tool_results}", "\n".join(results))
+    for i, content in enumerate(results, 1):
+        text = text.replace(f"{{tool_result_{i}}}", content)
+    return text
+
+
 def last_tool_result(request: ModelRequest) -> str:
     """Content of the newest tool result in the request, or ''."""
     for message in reversed(request.messages):
@@ -156,9 +179,10 @@ class RulesModel:
 
     Rules are tried in order; the first whose ``when`` matches answers.
     ``turn`` is the 1-based model call within the current turn, ``contains``
-    matches the latest user/inbox text case-insensitively, and
-    ``{last_tool_result}`` in a rule's text is replaced by the newest tool
-    result. ``default`` answers when nothing matches.
+    matches the latest user/inbox text case-insensitively. In a rule's text,
+    ``{last_tool_result}`` is the newest tool result, ``{tool_result_N}`` the
+    N-th result of the latest tool batch and ``{tool_results}`` all of them.
+    ``default`` answers when nothing matches.
     """
 
     provider = "scripted"
@@ -183,7 +207,7 @@ class RulesModel:
         for rule in self.config.rules:
             if not self._matches(rule, request):
                 continue
-            text = (rule.text or "").replace("{last_tool_result}", last_tool_result(request))
+            text = fill_template(rule.text or "", request)
             calls = [tool_call(c.name, c.arguments) for c in rule.tool_calls]
             if forced.kind == "none":
                 calls = []
@@ -214,6 +238,7 @@ __all__ = [
     "FunctionModel",
     "RulesModel",
     "ScriptedModel",
+    "fill_template",
     "last_tool_result",
     "latest_user_text",
     "tool_call",
