@@ -13,25 +13,24 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import ray
 
 from actors.audit import get_or_create_audit_log
+from actors.directory import PersonaDirectory, unwrap
 from actors.naming import NAMESPACE, audit_name, router_name, runtime_id
 from actors.router import RouterActorRemote
 from runtime.audit import QueryResult
-from runtime.config import resolve_home
+from runtime.config import RuntimeSettings, load_settings, resolve_home
 from runtime.errors import CoterieError, DeliveryError
 from runtime.messages import MessageEnvelope, ReplyEnvelope
 
 DEFAULT_ASK_TIMEOUT = 120.0
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, CoterieError) else exc
+T = TypeVar("T")
 
 
 def _check_reachable(address: str) -> None:
@@ -48,13 +47,21 @@ def _check_reachable(address: str) -> None:
 class Runtime:
     """A handle on one coterie runtime (one home) on a Ray cluster."""
 
-    def __init__(self, *, home: Path, namespace: str, owns_ray: bool, detached: bool) -> None:
+    def __init__(
+        self,
+        *,
+        home: Path,
+        namespace: str,
+        owns_ray: bool,
+        detached: bool,
+        settings: RuntimeSettings | None = None,
+    ) -> None:
         self.home = home
         self.namespace = namespace
         self.id = runtime_id(home)
         self._owns_ray = owns_ray
         self.detached = detached
-        self._handles: dict[str, Any] = {}
+        self.settings = settings or load_settings(home)
         self.audit: Any = get_or_create_audit_log(
             str(home / "audit.duckdb"),
             name=audit_name(self.id),
@@ -73,9 +80,18 @@ class Runtime:
             runtime_id=self.id,
             namespace=namespace,
             audit_actor=audit_name(self.id),
+            router_actor=router_name(self.id),
             detached=detached,
+            settings=self.settings,
         )
         ray.get(self.router.ping.remote())
+        self.directory = PersonaDirectory(router_name(self.id), namespace)
+        # Sync calls run the async delivery on one background loop.
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="coterie-runtime", daemon=True
+        )
+        self._thread.start()
 
     @classmethod
     def start(
@@ -84,10 +100,12 @@ class Runtime:
         home: str | os.PathLike[str] | None = None,
         address: str | None = None,
         num_cpus: int | None = None,
+        settings: RuntimeSettings | None = None,
     ) -> Runtime:
         """Join ``address`` / ``$RAY_ADDRESS``, reuse an initialized Ray, or start one."""
         home_path = resolve_home(home)
         (home_path / "personas").mkdir(parents=True, exist_ok=True)
+        settings = settings or load_settings(home_path)
         address = address or os.environ.get("RAY_ADDRESS") or None
         owns_ray = False
         if ray.is_initialized():
@@ -106,7 +124,16 @@ class Runtime:
                 configure_logging=False,
             )
             namespace, detached, owns_ray = NAMESPACE, False, True
-        return cls(home=home_path, namespace=namespace, owns_ray=owns_ray, detached=detached)
+        return cls(
+            home=home_path,
+            namespace=namespace,
+            owns_ray=owns_ray,
+            detached=detached,
+            settings=settings,
+        )
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     # -- messaging -------------------------------------------------------
 
@@ -120,29 +147,6 @@ class Runtime:
             text=text,
         )
 
-    def _handle(self, persona: str) -> Any:
-        handle = self._handles.get(persona)
-        if handle is None:
-            try:
-                handle = ray.get(self.router.resolve.remote(persona))
-            except ray.exceptions.RayError as exc:
-                raise _unwrap(exc) from None
-            self._handles[persona] = handle
-        return handle
-
-    def _failed(self, envelope: MessageEnvelope, exc: BaseException) -> ReplyEnvelope:
-        # The handle may be stale (actor died); the router re-activates next time.
-        self._handles.pop(envelope.recipient, None)
-        return ReplyEnvelope(
-            reply_to=envelope.id,
-            sender=envelope.recipient,
-            conversation_id=envelope.conversation_id,
-            turn_id="",
-            text="",
-            status="error",
-            error=f"persona {envelope.recipient!r} failed: {_unwrap(exc)}",
-        )
-
     async def ask_async(
         self,
         persona: str,
@@ -151,22 +155,29 @@ class Runtime:
         conversation_id: str | None = None,
         timeout: float = DEFAULT_ASK_TIMEOUT,
     ) -> ReplyEnvelope:
-        """Send ``text`` and wait for the persona's reply (``asyncio``)."""
+        """Send ``text`` and wait for the persona's reply (``asyncio``).
+
+        Unknown personas and broken persona files raise; a turn that fails
+        (or a persona that dies mid-turn) comes back as a reply with
+        ``status == "error"`` and the reason in ``error``.
+        """
         envelope = self.envelope(persona, text, conversation_id=conversation_id)
-        handle = self._handles.get(persona)
-        if handle is None:
-            try:
-                handle = await self.router.resolve.remote(persona)
-            except ray.exceptions.RayError as exc:
-                raise _unwrap(exc) from None
-            self._handles[persona] = handle
         try:
-            data = await asyncio.wait_for(handle.handle.remote(envelope.model_dump_json()), timeout)
+            return await self.directory.ask(envelope, timeout=timeout)
         except TimeoutError:
             raise DeliveryError(f"{persona!r} did not reply within {timeout:g} s") from None
-        except ray.exceptions.RayError as exc:
-            return self._failed(envelope, exc)
-        return ReplyEnvelope.model_validate_json(data)
+        except (ray.exceptions.RayError, DeliveryError) as exc:
+            if isinstance(exc, DeliveryError) and type(exc) is not DeliveryError:
+                raise  # QueueFullError and friends: the caller's to handle
+            return ReplyEnvelope(
+                reply_to=envelope.id,
+                sender=persona,
+                conversation_id=envelope.conversation_id,
+                turn_id="",
+                text="",
+                status="error",
+                error=str(unwrap(exc)),
+            )
 
     def ask(
         self,
@@ -176,20 +187,16 @@ class Runtime:
         conversation_id: str | None = None,
         timeout: float = DEFAULT_ASK_TIMEOUT,
     ) -> ReplyEnvelope:
-        """Send ``text`` and wait for the persona's reply.
+        """Send ``text`` and wait for the persona's reply (see :meth:`ask_async`)."""
+        return self._run(
+            self.ask_async(persona, text, conversation_id=conversation_id, timeout=timeout)
+        )
 
-        The persona's actor handle comes from the router once and is cached;
-        messages then go to it directly.
-        """
+    def send(self, persona: str, text: str, *, conversation_id: str | None = None) -> None:
+        """Queue ``text`` for the persona without waiting for its turn."""
         envelope = self.envelope(persona, text, conversation_id=conversation_id)
-        ref = self._handle(persona).handle.remote(envelope.model_dump_json())
-        try:
-            data = ray.get(ref, timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise DeliveryError(f"{persona!r} did not reply within {timeout:g} s") from None
-        except ray.exceptions.RayError as exc:
-            return self._failed(envelope, exc)
-        return ReplyEnvelope.model_validate_json(data)
+        envelope.reply_mode = "none"
+        self._run(self.directory.post(envelope))
 
     def personas(self) -> list[dict[str, Any]]:
         """Name, description and activity of every persona in the home."""
@@ -209,7 +216,7 @@ class Runtime:
         try:
             result: QueryResult = ray.get(self.audit.query.remote(sql))
         except ray.exceptions.RayError as exc:
-            raise _unwrap(exc) from None
+            raise unwrap(exc) from None
         return result
 
     # -- lifecycle -------------------------------------------------------
@@ -230,6 +237,8 @@ class Runtime:
                 ray.kill(self.audit)
                 ray.kill(self.router)
         finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
             if self._owns_ray:
                 ray.shutdown()
 

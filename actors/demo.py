@@ -1,15 +1,18 @@
 """``coterie demo``: the bundled personas through one scripted scenario.
 
-Three personas answer at the same time on their own actors: one makes two
-tool calls in one reply (they run concurrently), one sends malformed
+Act 1: three personas answer at the same time on their own actors: one makes
+two tool calls in one reply (they run concurrently), one sends malformed
 arguments and recovers from the error result, one closes its turn with
-``end_task``. Then the transcripts and an audit summary are printed.
+``end_task``. Act 2: a coordinator asks two specialists at once with
+``ask_persona`` and combines their answers. Then the transcripts and an
+audit summary are printed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import ray
 from rich.console import Console
@@ -25,9 +28,11 @@ from runtime.messages import (
     ReplyEnvelope,
     ToolResultMessage,
     UserMessage,
+    inbox_id,
     new_id,
 )
 
+DELEGATION = "Coordinate the product launch, please."
 SCENARIO = [
     ("concierge", "What time is it right now?"),
     ("researcher", "Double-check the current time for me, please."),
@@ -72,30 +77,55 @@ async def _ask_all(rt: Runtime, run_id: str) -> list[ReplyEnvelope]:
     )
 
 
+def _panel(rt: Runtime, persona: str, conversation_id: str, since: float, title: str) -> Panel:
+    history: list[ChatMessage] = ray.get(rt.audit.history.remote(persona, conversation_id))
+    recent = [m for m in history if m.ts >= since]
+    return Panel(render_transcript(persona, recent), title=title, expand=False)
+
+
 def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
     """Run the scenario on ``rt`` and print transcripts and the audit summary."""
     run_id = new_id()
+    started = time.time()
+    console.rule("Act 1 · three personas answer at the same time")
     with console.status("Three personas answering concurrently…"):
         replies = asyncio.run(_ask_all(rt, run_id))
     rt.flush()
     for (persona, _), reply in zip(SCENARIO, replies, strict=True):
-        history: list[ChatMessage] = ray.get(
-            rt.audit.history.remote(persona, reply.conversation_id)
-        )
         title = (
             f"{persona} · {reply.conversation_id} · status {reply.status} · "
             f"{reply.steps} model calls"
         )
-        console.print(Panel(render_transcript(persona, history), title=title, expand=False))
+        console.print(_panel(rt, persona, reply.conversation_id, started, title))
+
+    console.rule("Act 2 · a coordinator asks two specialists concurrently")
+    act2 = time.time()
+    with console.status("coordinator → researcher + planner…"):
+        delegated = rt.ask("coordinator", DELEGATION, conversation_id=f"demo:{run_id}:coordinator")
+    rt.flush()
+    console.print(
+        _panel(
+            rt,
+            "coordinator",
+            delegated.conversation_id,
+            act2,
+            f"coordinator · {delegated.conversation_id} · status {delegated.status}",
+        )
+    )
+    for specialist in ("researcher", "planner"):
+        inbox = inbox_id(specialist, "coordinator")
+        console.print(_panel(rt, specialist, inbox, act2, f"{specialist} · {inbox}"))
+    replies.append(delegated)
+
     summary = rt.query(
         "select persona, "
         "count(*) filter (where kind = 'model_call') as model_calls, "
         "count(*) filter (where kind = 'tool_call') as tool_calls, "
         "count(*) filter (where kind = 'tool_result' and error_kind is not null) as tool_errors, "
         "sum(input_tokens) as input_tokens, sum(output_tokens) as output_tokens, "
-        "round(max(duration_ms) filter (where kind = 'turn_ended'), 1) as turn_ms, "
+        "count(*) filter (where kind = 'turn_ended') as turns, "
         "count(*) as events "
-        f"from events where conversation_id like 'demo:{run_id}:%' "
+        f"from events where ts >= to_timestamp({started:.6f})::timestamp "
         "group by persona order by persona"
     )
     table = Table(title="audit summary (this run)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -10,9 +11,10 @@ from typing import Any
 
 import ray
 
+from actors.directory import PersonaDirectory
 from runtime.audit_buffer import AuditBuffer
-from runtime.config import load_persona
-from runtime.errors import ModelError
+from runtime.config import RuntimeSettings, load_persona
+from runtime.errors import ModelError, PersonaPassivatedError
 from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse
 from runtime.models import build_model
 from runtime.models.base import Model
@@ -49,8 +51,10 @@ class PersonaActor:
         home: str,
         *,
         audit_actor: str,
+        router_actor: str,
         namespace: str,
         roster: list[tuple[str, str]],
+        settings: RuntimeSettings,
     ) -> None:
         persona = load_persona(Path(home), name)
         model: Model
@@ -60,26 +64,41 @@ class PersonaActor:
             model = _UnavailableModel(
                 persona.config.model.provider, getattr(persona.config.model, "name", ""), exc
             )
+        self.settings = settings
         self._audit_handle = ray.get_actor(audit_actor, namespace=namespace)
+        self._router_name, self._namespace = router_actor, namespace
         self.buffer = AuditBuffer(self._send)
+        self.directory = PersonaDirectory(router_actor, namespace)
         self.runtime = PersonaRuntime(
             persona,
             model=model,
             registry=builtin_registry(),
             audit=self.buffer,
+            messenger=self.directory,
             roster=roster,
             history_loader=self._load_history,
+            max_queue=settings.max_queue,
         )
+        self.closing = False
+        self._monitor: asyncio.Task[None] | None = None
 
     async def _send(self, rows: list[dict[str, Any]]) -> None:
         await self._audit_handle.append.remote(rows)
 
     async def _load_history(self, conversation_id: str) -> list[Any]:
         # Rebuilds a conversation after the actor was restarted or passivated.
+        await self.buffer.flush()
         history: list[Any] = await self._audit_handle.history.remote(
             self.runtime.name, conversation_id
         )
         return history
+
+    def _admit(self, data: str) -> MessageEnvelope:
+        if self.closing:
+            raise PersonaPassivatedError(f"persona {self.runtime.name!r} is passivating")
+        if self._monitor is None and self.settings.idle_timeout is not None:
+            self._monitor = asyncio.create_task(self._watch_idle(self.settings.idle_timeout))
+        return MessageEnvelope.model_validate_json(data)
 
     async def handle(self, data: str) -> str:
         """Answer one message envelope (JSON) with a reply envelope (JSON).
@@ -87,9 +106,32 @@ class PersonaActor:
         Envelopes cross actor boundaries as JSON through their TypeAdapter:
         it is several times cheaper than pickling the pydantic objects.
         """
-        envelope = MessageEnvelope.model_validate_json(data)
-        reply = await self.runtime.handle(envelope)
+        reply = await self.runtime.handle(self._admit(data))
         return reply.model_dump_json()
+
+    async def post(self, data: str) -> None:
+        """Queue an envelope (JSON) without waiting for its turn."""
+        self.runtime.post(self._admit(data))
+
+    async def _watch_idle(self, idle_timeout: float) -> None:
+        """Ask the router to passivate this actor once it has been idle long enough."""
+        while not self.closing:
+            await asyncio.sleep(min(idle_timeout / 4, 5.0))
+            if self.runtime.idle_for() >= idle_timeout:
+                try:
+                    router = ray.get_actor(self._router_name, namespace=self._namespace)
+                    await router.passivate.remote(self.runtime.name)
+                except Exception as exc:  # the router may be restarting: try next tick
+                    log.warning("passivation request failed: %s", exc)
+
+    async def prepare_passivation(self, idle_timeout: float) -> bool:
+        """Stop taking messages and flush, if still idle; the router then kills us."""
+        if self.runtime.busy() or self.runtime.idle_for() < idle_timeout:
+            return False
+        self.closing = True
+        await self.buffer.aclose()
+        await self.runtime.model.aclose()
+        return True
 
     async def flush(self) -> int:
         await self.buffer.flush()
@@ -102,15 +144,21 @@ class PersonaActor:
             "sdks_loaded": sorted(m for m in ("openai", "anthropic") if m in sys.modules),
             "turns": self.runtime.turns_run,
             "busy": self.runtime.busy(),
+            "idle_for": self.runtime.idle_for(),
             "audit_recorded": self.buffer.events_recorded,
             "audit_sent": self.buffer.events_sent,
             "audit_failures": self.buffer.failures,
         }
 
+    async def history(self, conversation_id: str) -> list[str]:
+        """The message kinds of a conversation as this actor holds it in memory."""
+        return [m.kind for m in self.runtime.conversation(conversation_id).history]
+
     async def ping(self) -> str:
         return self.runtime.name
 
     async def shutdown(self) -> None:
+        self.closing = True
         await self.buffer.aclose()
         await self.runtime.model.aclose()
 

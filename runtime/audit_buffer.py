@@ -2,19 +2,29 @@
 
 Kept apart from :mod:`runtime.audit` (the DuckDB writer) so that persona
 processes, which only record events, never import DuckDB or Arrow.
+
+With a spool file the buffer also survives its process being killed: every
+recorded row is appended to the spool first, and a buffer created on the same
+spool later sends what was left there before anything new (see
+:class:`AuditBuffer`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import fcntl
+import io
 import itertools
+import json
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from runtime.errors import CoterieError
@@ -32,6 +42,8 @@ from runtime.messages import (
 log = logging.getLogger("coterie.audit")
 
 Row = dict[str, Any]
+# Ships one batch of rows to the audit log (e.g. ``AuditLogActor.append``).
+Send = Callable[[list[Row]], Awaitable[object]]
 
 # The columns of the ``events`` table, in order (runtime.audit holds the types).
 EVENT_COLUMNS: tuple[str, ...] = (
@@ -65,15 +77,22 @@ def event_to_row(event: TurnEvent) -> Row:
     Columns that do not apply to the event's kind are ``None``; ``payload``
     holds the whole event as JSON, so nothing is lost by flattening.
     """
+    return _event_row(
+        event, str(uuid.uuid4()), next(_seq), turn_event_adapter.dump_json(event).decode()
+    )
+
+
+def _event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
+    """The row of ``event``; ``payload`` is its JSON (the spool replays it verbatim)."""
     row: Row = dict.fromkeys(EVENT_COLUMNS)
-    row["id"] = str(uuid.uuid4())
-    row["seq"] = next(_seq)
+    row["id"] = row_id
+    row["seq"] = seq
     row["ts"] = datetime.fromtimestamp(event.ts, UTC)
     row["kind"] = event.kind
     row["persona"] = event.persona
     row["conversation_id"] = event.conversation_id
     row["turn_id"] = event.turn_id
-    row["payload"] = turn_event_adapter.dump_json(event).decode()
+    row["payload"] = payload
     if isinstance(event, ModelCalled):
         row["provider"] = event.provider
         row["model"] = event.model

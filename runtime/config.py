@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime.errors import PersonaConfigError, UnknownPersonaError
+from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
 
 PERSONA_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -144,6 +144,34 @@ class Persona(BaseModel):
         return self.path / "workspace"
 
 
+class RuntimeSettings(_Strict):
+    """Runtime-wide settings: ``<home>/runtime.yaml`` (all optional)."""
+
+    idle_timeout: float | None = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a persona actor may stay idle before it is passivated (null: never)",
+    )
+    max_queue: int = Field(
+        default=256, ge=1, description="persona-sourced messages waiting per conversation"
+    )
+
+
+def load_settings(home: Path) -> RuntimeSettings:
+    """``<home>/runtime.yaml`` if present, else the defaults."""
+    path = home / "runtime.yaml"
+    if not path.is_file():
+        return RuntimeSettings()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return RuntimeSettings.model_validate(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(_describe(e) for e in exc.errors())  # type: ignore[arg-type]
+        raise ConfigError(f"{path}: {problems}") from None
+
+
 def _describe(err: dict[str, Any]) -> str:
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"]
@@ -226,6 +254,7 @@ __all__ = [
     "OpenAIModelConfig",
     "Persona",
     "PersonaConfig",
+    "RuntimeSettings",
     "ScriptedModelConfig",
     "ScriptedRule",
     "ThinkingMode",
@@ -233,6 +262,7 @@ __all__ = [
     "install_bundled_personas",
     "load_persona",
     "load_persona_dir",
+    "load_settings",
     "persona_names",
     "resolve_home",
 ]

@@ -17,6 +17,7 @@ returned as tool-result strings (see ``runtime.runner``).
     ├── DeliveryError               a message could not be delivered or answered
     │   ├── TurnFailedError         the target's turn crashed
     │   ├── QueueFullError          the target's queue of persona messages is full
+    │   ├── PersonaPassivatedError  the actor is closing; resolve the persona again
     │   └── AskCycleError           the ask would wait on a persona waiting on the asker
     └── AuditQueryError             an audit query was refused or failed
 
@@ -59,7 +60,9 @@ class UnknownPersonaError(CoterieError):
     def __init__(self, name: str, known: list[str]) -> None:
         self.name = name
         self.known = known
-        listing = ", ".join(known) if known else "none"
+        listing = ", ".join(known[:20]) if known else "none"
+        if len(known) > 20:
+            listing += f", … and {len(known) - 20} more"
         super().__init__(f"unknown persona {name!r} (known personas: {listing})")
 
     def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
@@ -122,6 +125,13 @@ class QueueFullError(DeliveryError):
 
     def __reduce__(self) -> tuple[type, tuple[str, int, int]]:
         return (type(self), (self.conversation_id, self.queued, self.cap))
+
+
+class PersonaPassivatedError(DeliveryError):
+    """The persona's actor is being passivated; the message was not taken.
+
+    Callers resolve the persona through the router again and resend.
+    """
 
 
 class AskCycleError(DeliveryError):
