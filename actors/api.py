@@ -200,14 +200,14 @@ class Runtime:
 
     def personas(self) -> list[dict[str, Any]]:
         """Name, description and activity of every persona in the home."""
-        result: list[dict[str, Any]] = ray.get(self.router.personas.remote())
+        result: list[dict[str, Any]] = self._run(self.directory.call_router("personas"))
         return result
 
     # -- audit -----------------------------------------------------------
 
     def flush(self) -> None:
         """Push every buffered audit event into DuckDB."""
-        ray.get(self.router.flush_all.remote())
+        self._run(self.directory.call_router("flush_all"))
         ray.get(self.audit.flush.remote())
 
     def query(self, sql: str) -> QueryResult:
@@ -228,9 +228,10 @@ class Runtime:
         """
         stop = (not self.detached) if stop_actors is None else stop_actors
         try:
-            ray.get(self.router.flush_all.remote())
+            # The router may be restarting; its calls are safe to repeat.
+            self._run(self.directory.call_router("flush_all"))
             if stop:
-                ray.get(self.router.stop_all.remote())
+                self._run(self.directory.call_router("stop_all"))
             ray.get(self.audit.flush.remote())
             if stop:
                 ray.get(self.audit.shutdown.remote())

@@ -7,6 +7,11 @@ every ``flush_interval`` seconds or every ``flush_rows`` rows.
 
 Rows acknowledged by ``append`` but not yet written are lost if the actor
 process dies; ``flush_interval`` bounds that window.
+
+A persona killed mid-turn loses nothing if its buffer has a spool
+(:func:`audit_buffer_for` with ``spool_path``): its restarted self resends the
+rows left there with ``append(rows, replayed=True)``, and rows of such batches
+already written are skipped.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import ray
@@ -44,6 +50,9 @@ class AuditLogActor:
         # Beyond this, append() refuses rows; sources keep and retry them.
         self._max_pending = max_pending
         self._pending: list[Row] = []
+        # Replayed rows are written after _pending, so that an earlier copy of
+        # one still pending is in ``events`` when they are checked against it.
+        self._replayed: list[Row] = []
         # One DuckDB operation at a time; they run in a thread so that append()
         # calls keep being served during a write or a long query.
         self._lock = asyncio.Lock()
@@ -64,7 +73,7 @@ class AuditLogActor:
     async def _run_timer(self) -> None:
         while True:
             await asyncio.sleep(self._flush_interval)
-            if self._pending:
+            if self._unwritten:
                 try:
                     await self.flush()
                 except Exception:
@@ -74,30 +83,38 @@ class AuditLogActor:
         async with self._lock:
             return await asyncio.to_thread(fn, *args)
 
-    async def append(self, rows: list[Row]) -> int:
+    @property
+    def _unwritten(self) -> int:
+        return len(self._pending) + len(self._replayed)
+
+    async def append(self, rows: list[Row], *, replayed: bool = False) -> int:
         """Accept rows for the next write; returns how many were accepted.
+
+        ``replayed`` rows are resent by a restarted source and may have been
+        written already: those are skipped (by ``id``) when written.
 
         Raises :class:`AuditOverloadedError` (the caller keeps its rows and
         retries) when more than ``max_pending`` rows are waiting to be written.
         """
         if self._closed:
             raise RuntimeError("audit log is shut down")
-        if len(self._pending) + len(rows) > self._max_pending:
+        if self._unwritten + len(rows) > self._max_pending:
             raise AuditOverloadedError(
-                f"audit log has {len(self._pending)} unwritten rows "
+                f"audit log has {self._unwritten} unwritten rows "
                 f"(max_pending={self._max_pending}; last error: {self._last_error})"
             )
         self._ensure_timer()
-        self._pending.extend(rows)
-        if len(self._pending) >= self._flush_rows and self._healthy:
+        (self._replayed if replayed else self._pending).extend(rows)
+        if self._unwritten >= self._flush_rows and self._healthy:
             await self.flush()
         return len(rows)
 
     async def flush(self) -> int:
         """Write all pending rows as one batch; returns how many were written.
 
-        A failed write is logged and counted (see :meth:`stats`); its rows stay
-        pending, ahead of newer ones, for the next flush.
+        Replayed rows follow as a second batch. A failed write is logged and
+        counted (see :meth:`stats`); its rows stay pending, ahead of newer ones,
+        for the next flush.
         """
         # Shielded: a write in its thread cannot be stopped, so a cancelled caller
         # must not release the lock or skip the bookkeeping of the batch.
@@ -105,32 +122,46 @@ class AuditLogActor:
 
     async def _flush(self) -> int:
         async with self._lock:
-            if not self._pending:
-                return 0
-            batch, self._pending = self._pending, []
-            try:
-                written = await asyncio.to_thread(self._writer.write_rows, batch)
-            except Exception as exc:
-                self._pending[:0] = batch
-                self._healthy = False
-                self._write_errors += 1
-                self._last_error = f"{type(exc).__name__}: {exc}"
-                log.error(
-                    "audit log write of %d row(s) failed, keeping them for the next try: %s",
-                    len(batch),
-                    self._last_error,
-                )
-                return 0
-            self._healthy = True
-            self._rows_written += written
-            self._batches_written += 1
-            return written
+            written = await self._write(replayed=False)
+            # Not before every earlier row is written: one of them may be the
+            # first copy of a replayed row.
+            if written is not None:
+                replayed = await self._write(replayed=True)
+                written += replayed or 0
+            return written or 0
+
+    async def _write(self, *, replayed: bool) -> int | None:
+        """Write the pending (or replayed) rows; None if that failed."""
+        batch = self._replayed if replayed else self._pending
+        if not batch:
+            return 0
+        if replayed:
+            self._replayed = []
+        else:
+            self._pending = []
+        try:
+            written = await asyncio.to_thread(self._writer.write_rows, batch, replayed=replayed)
+        except Exception as exc:
+            (self._replayed if replayed else self._pending)[:0] = batch
+            self._healthy = False
+            self._write_errors += 1
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "audit log write of %d row(s) failed, keeping them for the next try: %s",
+                len(batch),
+                self._last_error,
+            )
+            return None
+        self._healthy = True
+        self._rows_written += written
+        self._batches_written += 1
+        return written
 
     async def query(self, sql: str) -> QueryResult:
         """Run a read-only query after writing pending rows (raises AuditQueryError)."""
         await self.flush()
-        if self._pending:
-            log.warning("audit query runs with %d unwritten row(s)", len(self._pending))
+        if self._unwritten:
+            log.warning("audit query runs with %d unwritten row(s)", self._unwritten)
         return await asyncio.shield(self._locked(self._writer.query, sql))
 
     async def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
@@ -145,8 +176,9 @@ class AuditLogActor:
             rows_written=self._rows_written,
             batches_written=self._batches_written,
             rows_rejected=self._writer.rows_rejected,
+            duplicates_skipped=self._writer.duplicates_skipped,
             write_errors=self._write_errors,
-            pending=len(self._pending),
+            pending=self._unwritten,
             last_error=self._last_error,
         )
 
@@ -163,10 +195,10 @@ class AuditLogActor:
             self._timer = None
         await self.flush()
         stats = await self.stats()
-        if self._pending:
+        if self._unwritten:
             log.error(
                 "audit log shut down with %d unwritten row(s): %s",
-                len(self._pending),
+                self._unwritten,
                 self._last_error,
             )
         async with self._lock:
@@ -200,13 +232,23 @@ def get_or_create_audit_log(
     ).remote(path, flush_interval=flush_interval, flush_rows=flush_rows)
 
 
-def audit_buffer_for(handle: Any, **kwargs: Any) -> AuditBuffer:
-    """An :class:`AuditBuffer` whose batches go to the audit log actor ``handle``."""
+def audit_buffer_for(
+    handle: Any, *, spool_path: str | Path | None = None, **kwargs: Any
+) -> AuditBuffer:
+    """An :class:`AuditBuffer` whose batches go to the audit log actor ``handle``.
+
+    With ``spool_path`` (one per persona, on local disk) rows survive the
+    process being killed: a buffer created on the same spool after a restart
+    resends them as replayed batches, which the actor deduplicates.
+    """
 
     async def send(rows: list[Row]) -> None:
         await handle.append.remote(rows)
 
-    return AuditBuffer(send, **kwargs)
+    async def replay(rows: list[Row]) -> None:
+        await handle.append.remote(rows, replayed=True)
+
+    return AuditBuffer(send, replay=replay, spool_path=spool_path, **kwargs)
 
 
 __all__ = [

@@ -41,7 +41,7 @@ class PersonaDirectory:
     def forget(self, persona: str) -> None:
         self._handles.pop(persona, None)
 
-    async def _call_router(self, method: str, *args: Any) -> Any:
+    async def call_router(self, method: str, *args: Any) -> Any:
         """Call the router, waiting out a restart (its calls are idempotent)."""
         delay, waited = 0.05, 0.0
         while True:
@@ -62,7 +62,7 @@ class PersonaDirectory:
     async def resolve(self, persona: str) -> Any:
         handle = self._handles.get(persona)
         if handle is None:
-            handle = await self._call_router("resolve", persona)
+            handle = await self.call_router("resolve", persona)
             self._handles[persona] = handle
         return handle
 
@@ -82,13 +82,27 @@ class PersonaDirectory:
             except ray.exceptions.RayActorError as exc:
                 self.forget(envelope.recipient)
                 actor_id = handle._actor_id.hex()
-                if attempt < 2 and await self._call_router("was_passivated", actor_id):
+                if attempt < 2 and await self.call_router("was_passivated", actor_id):
                     continue  # it exited idle, before taking the message
+                # Answer only once the restarted actor is up, so that the
+                # caller's next message finds it alive.
+                await self._await_restart(handle)
                 raise DeliveryError(
                     f"persona {envelope.recipient!r} died while handling the message "
-                    f"({type(exc).__name__}); it restarts by itself — send again"
+                    f"({type(exc).__name__}); it has restarted — send again"
                 ) from None
         raise DeliveryError(f"persona {envelope.recipient!r} kept passivating; try again")
+
+    async def _await_restart(self, handle: Any, limit: float = ROUTER_RETRY_SECONDS) -> None:
+        delay, waited = 0.05, 0.0
+        while waited < limit:
+            try:
+                await asyncio.wait_for(handle.ping.remote(), 5)
+                return
+            except (ray.exceptions.RayError, TimeoutError):
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 1.0)
 
     async def ask(self, envelope: MessageEnvelope, *, timeout: float) -> ReplyEnvelope:
         """Deliver and wait for the turn's reply (``TimeoutError`` after ``timeout``)."""

@@ -117,7 +117,9 @@ class RouterActor:
                 name=persona_actor_name(self.runtime_id, name),
                 namespace=self.namespace,
                 get_if_exists=True,
-                lifetime="detached" if self.detached else None,
+                # Detached, so a persona is not owned by (and does not die
+                # with) the router; stop_all and passivation end them.
+                lifetime="detached",
             ).remote(
                 name,
                 str(self.home),
@@ -208,10 +210,25 @@ class RouterActor:
         return len(handles)
 
     async def stop_all(self) -> None:
-        """Flush and stop every persona actor."""
-        handles = list(self._actors.values())
-        await asyncio.gather(*(h.shutdown.remote() for h in handles), return_exceptions=True)
-        for handle in handles:
+        """Flush and stop every persona actor of this runtime.
+
+        Found by name, so actors this router did not start (it may have been
+        restarted) are stopped too.
+        """
+        prefix = persona_actor_name(self.runtime_id, "")
+        handles = dict(self._actors)
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["namespace"] == self.namespace and entry["name"].startswith(prefix):
+                persona = entry["name"][len(prefix) :]
+                if persona not in handles:
+                    try:
+                        handles[persona] = ray.get_actor(entry["name"], namespace=self.namespace)
+                    except ValueError:
+                        continue  # gone meanwhile
+        await asyncio.gather(
+            *(h.shutdown.remote() for h in handles.values()), return_exceptions=True
+        )
+        for handle in handles.values():
             ray.kill(handle, no_restart=True)
         self._actors.clear()
 

@@ -9,7 +9,9 @@ Three pieces, none of which imports Ray:
   when no runtime has it open.
 * :class:`AuditBuffer` is the source-side buffer every persona records into; it
   batches rows and ships them with one call per batch (``actors.audit`` wires
-  it to the ``AuditLogActor``).
+  it to the ``AuditLogActor``). Its spool file lets a restarted persona resend
+  what its killed predecessor had not delivered; those *replayed* batches may
+  repeat rows already written, so the writer skips rows whose ``id`` it has.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from runtime.audit_buffer import (
     EVENT_COLUMNS,
     AuditBuffer,
     AuditOverloadedError,
+    AuditSpoolInUseError,
     event_to_row,
 )
 from runtime.errors import AuditQueryError
@@ -247,6 +250,8 @@ class AuditWriter:
         self.path = str(path)
         # Malformed rows set aside in ``rejected_rows`` instead of ``events``.
         self.rows_rejected = 0
+        # Rows of replayed batches skipped because ``events`` already had them.
+        self.duplicates_skipped = 0
         self._closed = False
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -281,28 +286,38 @@ class AuditWriter:
                 pass  # it is already unusable; the original error is re-raised
             self._con = None
 
-    def write_rows(self, rows: Sequence[Mapping[str, Any]]) -> int:
+    def write_rows(self, rows: Sequence[Mapping[str, Any]], *, replayed: bool = False) -> int:
         """Insert rows as one Arrow batch; returns how many reached ``events``.
 
         Malformed rows (wrong types, missing required columns) go to the
         ``rejected_rows`` table in the same transaction, are counted in
         :attr:`rows_rejected` and logged. DuckDB errors are raised unchanged and
         nothing of the batch is written.
+
+        A ``replayed`` batch (resent from a source's spool) may repeat rows
+        already written: rows whose ``id`` is in ``events``, or repeated within
+        the batch, are skipped and counted in :attr:`duplicates_skipped`. Only
+        such batches pay for that lookup.
         """
         if not rows:
             return 0
         table, bad = rows_to_table(rows)
         con = self._connection()
         name = f"_audit_batch_{uuid.uuid4().hex}"
+        inserted = 0
         try:
             con.execute("BEGIN TRANSACTION")
             if table.num_rows:
                 con.register(name, table)
                 try:
-                    con.execute(
-                        f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
-                        f"SELECT {', '.join(EVENT_COLUMNS)} FROM {name}"
-                    )
+                    if replayed:
+                        inserted = self._insert_new(con, name)
+                    else:
+                        con.execute(
+                            f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
+                            f"SELECT {', '.join(EVENT_COLUMNS)} FROM {name}"
+                        )
+                        inserted = table.num_rows
                 finally:
                     con.unregister(name)
             if bad:
@@ -323,7 +338,30 @@ class AuditWriter:
                 len(bad),
                 bad[0][1],
             )
-        return table.num_rows
+        if inserted < table.num_rows:
+            self.duplicates_skipped += table.num_rows - inserted
+            log.info(
+                "audit log: skipped %d replayed row(s) already written",
+                table.num_rows - inserted,
+            )
+        return inserted
+
+    @staticmethod
+    def _insert_new(con: duckdb.DuckDBPyConnection, batch: str) -> int:
+        """Insert the rows of the registered table ``batch`` that ``events`` lacks."""
+        columns = ", ".join(EVENT_COLUMNS)
+        # One anti-join for the batch. The ts range lets zonemaps skip most of
+        # events: a replayed row keeps the ts of its first copy.
+        result = con.execute(
+            f"INSERT INTO events ({columns}) "
+            f"SELECT {columns} FROM ("
+            f"  SELECT * FROM {batch} QUALIFY row_number() OVER (PARTITION BY id ORDER BY seq) = 1"
+            f") AS b ANTI JOIN ("
+            f"  SELECT id FROM events WHERE ts BETWEEN (SELECT min(ts) FROM {batch})"
+            f"  AND (SELECT max(ts) FROM {batch})"
+            f") AS e ON b.id = e.id"
+        ).fetchone()
+        return int(result[0]) if result is not None else 0
 
     @staticmethod
     def _rollback(con: duckdb.DuckDBPyConnection) -> None:
@@ -388,6 +426,8 @@ class AuditLogStats(TypedDict):
     rows_written: int
     batches_written: int
     rows_rejected: int
+    # Replayed rows (resent after a source was killed) that were already written.
+    duplicates_skipped: int
     write_errors: int
     pending: int
     last_error: str | None
@@ -399,6 +439,7 @@ __all__ = [
     "AuditBuffer",
     "AuditLogStats",
     "AuditOverloadedError",
+    "AuditSpoolInUseError",
     "AuditWriter",
     "QueryResult",
     "event_to_row",

@@ -122,6 +122,109 @@ def _event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
 
 
 # --------------------------------------------------------------------------
+# Spool: the buffer's write-ahead file
+# --------------------------------------------------------------------------
+
+# One spool line per row: its id and seq, then the event as recorded, verbatim
+# (the row's payload). Every other column derives from the event, so the line
+# is lossless, and writing it costs no JSON encoding: the payload already is
+# JSON (without raw newlines: JSON escapes them in strings).
+_EVENT_KEY = ',"event":'
+
+
+def _spool_line(row: Row) -> bytes:
+    return f'{{"id":"{row["id"]}","seq":{row["seq"]}{_EVENT_KEY}{row["payload"]}}}\n'.encode()
+
+
+def _spool_row(line: bytes) -> Row:
+    """The row a spool line holds; ValueError if it is not a whole line."""
+    head, sep, rest = line.decode().partition(_EVENT_KEY)
+    if not sep or not rest.endswith("}"):
+        raise ValueError("not a spool line")
+    meta = json.loads(head + "}")
+    row_id, seq, payload = meta.get("id"), meta.get("seq"), rest[:-1]
+    if not isinstance(row_id, str) or not isinstance(seq, int):
+        raise ValueError("spool line without id or seq")
+    try:
+        event = turn_event_adapter.validate_json(payload)
+    except ValueError:
+        # Written by another version of the event models: keep the event with
+        # the columns every event has rather than lose it.
+        return _raw_row(row_id, seq, payload)
+    return _event_row(event, row_id, seq, payload)
+
+
+def _raw_row(row_id: str, seq: int, payload: str) -> Row:
+    data = json.loads(payload)
+    row: Row = dict.fromkeys(EVENT_COLUMNS)
+    try:
+        row["ts"] = datetime.fromtimestamp(data["ts"], UTC)
+        for column in ("kind", "persona", "conversation_id", "turn_id"):
+            row[column] = str(data[column])
+    except (KeyError, TypeError, OverflowError) as exc:
+        raise ValueError(f"unreadable spooled event: {exc!r}") from exc
+    row.update(id=row_id, seq=seq, payload=payload)
+    return row
+
+
+def _read_spool(path: Path) -> tuple[list[Row], int, int]:
+    """The rows in a spool, the size of its whole lines, and how many lines were bad."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0, 0
+    # A last line without its newline was torn by a kill mid-write: its
+    # record() never returned, so it is not part of the log.
+    end = data.rfind(b"\n") + 1
+    rows: list[Row] = []
+    bad = 0
+    for line in data[:end].split(b"\n")[:-1]:
+        try:
+            rows.append(_spool_row(line))
+        except ValueError:
+            bad += 1
+    return rows, end, bad
+
+
+_LOCK_WAIT = 2.0
+
+
+def _open_spool(path: Path) -> io.FileIO:
+    """Open the spool for appending, locked against any other buffer.
+
+    Two buffers on one spool would truncate each other's unsent rows. A killed
+    process's lock goes with it, so waiting briefly covers a restart racing the
+    old process's exit.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        # Unbuffered append: one write(2) per row, always at the end.
+        spool = open(path, "ab", buffering=0)  # noqa: SIM115 - owned by the buffer
+        try:
+            fcntl.flock(spool.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            spool.close()
+            if time.monotonic() >= deadline:
+                raise AuditSpoolInUseError(
+                    f"audit spool {path} is in use by another audit buffer"
+                ) from None
+            time.sleep(0.02)
+            continue
+        except BaseException:
+            spool.close()
+            raise
+        try:
+            same = os.path.samestat(os.fstat(spool.fileno()), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return spool
+        # Replaced (compacted) or removed while we waited: lock the current file.
+        spool.close()
+
+
+# --------------------------------------------------------------------------
 # Source-side buffer
 # --------------------------------------------------------------------------
 
@@ -130,8 +233,12 @@ class AuditOverloadedError(CoterieError):
     """The audit log holds too many unwritten rows to accept more right now."""
 
 
+class AuditSpoolInUseError(CoterieError):
+    """Another audit buffer (in this or another process) holds the spool file."""
+
+
 _MAX_BACKOFF = 5.0
-_DROP_LOG_INTERVAL = 5.0
+_LOG_INTERVAL = 5.0
 
 
 class AuditBuffer:
@@ -143,23 +250,42 @@ class AuditBuffer:
     flush (at least once: a receiver that failed after taking it sees it again).
     Only when more than ``max_pending`` rows are waiting are the oldest dropped,
     and that is counted in :attr:`dropped` and logged as an error.
+
+    With ``spool_path``, :meth:`record` also appends each row to that file
+    (flushed to the OS, not fsynced: it survives the process being killed, not
+    the machine crashing), and a flush that leaves the buffer empty truncates
+    it. A new buffer on the same spool (the restarted process) starts with the
+    rows left there and sends them, before any new row, through ``replay``:
+    some of them may have reached the receiver already, so ``replay`` must skip
+    rows whose ``id`` it has (``AuditLogActor.append(rows, replayed=True)``).
+    The spool is only truncated once they are acknowledged, so a crash during
+    recovery loses nothing either. One buffer at a time may use a spool.
     """
 
     def __init__(
         self,
-        send: Callable[[list[Row]], Awaitable[object]],
+        send: Send,
         *,
+        replay: Send | None = None,
+        spool_path: str | Path | None = None,
         max_events: int = 500,
         interval: float = 0.2,
         max_pending: int = 100_000,
     ) -> None:
         if max_events < 1 or max_pending < max_events or interval <= 0:
             raise ValueError("need max_events >= 1, max_pending >= max_events, interval > 0")
+        if spool_path is not None and replay is None:
+            raise ValueError("a spool needs replay=: a send that skips rows the log already has")
         self._send = send
+        self._replay = replay if replay is not None else send
         self._max_events = max_events
         self._interval = interval
         self._max_pending = max_pending
         self._rows: collections.deque[Row] = collections.deque()
+        # The first _replay_left rows came from the spool and go through replay.
+        self._replay_left = 0
+        # The batch being sent: unacknowledged, so kept by a spool compaction.
+        self._inflight: list[Row] = []
         self._lock = asyncio.Lock()
         self._timer: asyncio.Task[None] | None = None
         self._size_flush: asyncio.Task[None] | None = None
@@ -168,18 +294,70 @@ class AuditBuffer:
         self._healthy = True
         self._closed = False
         self._recorded = 0
+        self._recovered = 0
         self._sent = 0
         self._failures = 0
         self._dropped = 0
         self._unlogged_drops = 0
         self._last_drop_log = -math.inf
+        self._spool_path = Path(spool_path) if spool_path is not None else None
+        self._spool: io.FileIO | None = None
+        self._spool_size = 0  # bytes of whole lines in the spool
+        self._spooled = 0  # lines in the spool
+        self._compact_at = 2 * max_pending
+        self._spool_errors = 0
+        self._last_spool_error_log = -math.inf
+        if self._spool_path is not None:
+            self._recover(self._spool_path)
+
+    @staticmethod
+    def recover(spool_path: str | Path) -> list[Row]:
+        """The rows left in a spool, oldest first (a torn last line is ignored).
+
+        Only reads the file: a buffer created on the spool replays these rows
+        itself.
+        """
+        rows, _, _ = _read_spool(Path(spool_path))
+        return rows
+
+    def _recover(self, path: Path) -> None:
+        spool = _open_spool(path)
+        try:
+            rows, size, bad = _read_spool(path)
+            if size != os.fstat(spool.fileno()).st_size:
+                # Cut the torn last line, or the next row would be glued to it.
+                spool.truncate(size)
+        except BaseException:
+            spool.close()
+            raise
+        self._spool = spool
+        self._spool_size = size
+        self._spooled = len(rows) + bad
+        if bad:
+            log.error("audit spool %s: skipped %d unreadable line(s)", path, bad)
+        if rows:
+            log.warning("audit spool %s: replaying %d unacknowledged row(s)", path, len(rows))
+            self._rows.extend(rows)
+            self._replay_left = self._recovered = len(rows)
+            self._enforce_cap()
+            self._schedule()
+
+    @property
+    def spool_path(self) -> Path | None:
+        return self._spool_path
 
     @property
     def events_recorded(self) -> int:
         return self._recorded
 
     @property
+    def recovered(self) -> int:
+        """Rows found in the spool at start, sent (through ``replay``) before new ones."""
+        return self._recovered
+
+    @property
     def events_sent(self) -> int:
+        """Rows sent, recovered ones included."""
         return self._sent
 
     @property
@@ -193,18 +371,110 @@ class AuditBuffer:
         return self._dropped
 
     @property
+    def spool_errors(self) -> int:
+        """Failed spool writes (those rows were kept in memory only)."""
+        return self._spool_errors
+
+    @property
     def pending(self) -> int:
         return len(self._rows)
 
     def record(self, event: TurnEvent) -> None:
-        """Buffer one event; cheap and synchronous."""
+        """Buffer one event (and spool it); cheap and synchronous."""
         if self._closed:
             raise RuntimeError("audit buffer is closed")
-        self._rows.append(event_to_row(event))
+        row = event_to_row(event)
+        self._rows.append(row)
+        if self._spool is not None:
+            # After the append: a compaction rewrites the spool from _rows.
+            self._spool_append(row)
         self._recorded += 1
         self._enforce_cap()
         if self._timer is None or self._wants_size_flush():
             self._schedule()
+
+    def _spool_append(self, row: Row) -> None:
+        assert self._spool is not None
+        line = _spool_line(row)
+        try:
+            written = self._spool.write(line)
+            if written != len(line):
+                raise OSError(f"short write: {written} of {len(line)} bytes")
+        except OSError as exc:
+            self._spool_failed("write", exc)
+            return
+        self._spool_size += len(line)
+        self._spooled += 1
+        if self._spooled > self._compact_at:
+            self._compact_spool()
+
+    def _spool_failed(self, what: str, exc: OSError) -> None:
+        assert self._spool is not None
+        self._spool_errors += 1
+        try:
+            # Remove a partial line: the next row would be glued to it.
+            self._spool.truncate(self._spool_size)
+        except OSError:
+            pass  # recovery skips an unreadable line; the error is logged below
+        if time.monotonic() - self._last_spool_error_log >= _LOG_INTERVAL:
+            self._last_spool_error_log = time.monotonic()
+            log.error(
+                "audit spool %s %s failed (%d spool error(s) so far): %s",
+                self._spool_path,
+                what,
+                self._spool_errors,
+                exc,
+            )
+
+    def _truncate_spool(self) -> None:
+        """Forget the spooled rows: every one of them is acknowledged."""
+        if self._spool is None or self._spool_size == 0:
+            return
+        try:
+            self._spool.truncate(0)
+        except OSError as exc:
+            # The rows stay and are replayed after a restart; replay skips them.
+            self._spool_failed("truncate", exc)
+            return
+        self._spool_size = self._spooled = 0
+        self._compact_at = 2 * self._max_pending
+
+    def _compact_spool(self) -> None:
+        """Rewrite the spool with only the unacknowledged rows.
+
+        Rows sent while others wait, or dropped over ``max_pending``, stay in
+        the spool until a flush empties the buffer; during a long outage of the
+        audit log it would otherwise grow without bound.
+        """
+        assert self._spool is not None and self._spool_path is not None
+        path = self._spool_path
+        tmp = path.with_name(path.name + ".compact")
+        rows = [*self._inflight, *self._rows]
+        data = b"".join(_spool_line(r) for r in rows)
+        new: io.FileIO | None = None
+        try:
+            new = open(tmp, "ab", buffering=0)  # noqa: SIM115 - replaces self._spool
+            fcntl.flock(new.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            new.truncate(0)
+            if new.write(data) != len(data):
+                raise OSError("short write")
+            # Atomic: a kill leaves either spool whole, and both hold every unsent row.
+            os.replace(tmp, path)
+        except OSError as exc:
+            if new is not None:
+                new.close()
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            self._compact_at = self._spooled + self._max_pending
+            self._spool_failed("compaction", exc)
+            return
+        self._spool.close()
+        self._spool = new
+        self._spool_size, self._spooled = len(data), len(rows)
+        self._compact_at = max(2 * self._max_pending, self._spooled + self._max_pending)
+        log.info("audit spool %s compacted to %d unsent row(s)", path, len(rows))
 
     def _wants_size_flush(self) -> bool:
         return (
@@ -246,12 +516,19 @@ class AuditBuffer:
     async def _flush(self) -> None:
         async with self._lock:
             while self._rows:
-                n = min(self._max_events, len(self._rows))
+                # Recovered rows go first and alone: only their batches need replay.
+                replayed = self._replay_left > 0
+                n = min(self._max_events, self._replay_left if replayed else len(self._rows))
                 batch = [self._rows.popleft() for _ in range(n)]
+                if replayed:
+                    self._replay_left -= n
+                self._inflight = batch
                 try:
-                    await self._send(batch)
+                    await (self._replay if replayed else self._send)(batch)
                 except Exception as exc:
                     self._rows.extendleft(reversed(batch))
+                    if replayed:
+                        self._replay_left += n
                     self._failures += 1
                     self._healthy = False
                     log.warning(
@@ -262,8 +539,13 @@ class AuditBuffer:
                     )
                     self._enforce_cap()
                     return
+                finally:
+                    self._inflight = []
                 self._sent += len(batch)
                 self._healthy = True
+            # No await since the loop saw the buffer empty: every spooled row is
+            # acknowledged.
+            self._truncate_spool()
             if self._unlogged_drops:
                 self._log_drops()
 
@@ -273,9 +555,10 @@ class AuditBuffer:
             return
         for _ in range(excess):
             self._rows.popleft()
+        self._replay_left = max(0, self._replay_left - excess)
         self._dropped += excess
         self._unlogged_drops += excess
-        if time.monotonic() - self._last_drop_log >= _DROP_LOG_INTERVAL:
+        if time.monotonic() - self._last_drop_log >= _LOG_INTERVAL:
             self._log_drops()
 
     def _log_drops(self) -> None:
@@ -289,7 +572,11 @@ class AuditBuffer:
         self._last_drop_log = time.monotonic()
 
     async def aclose(self) -> None:
-        """Stop the timer and flush; unsent rows are logged as an error."""
+        """Stop the timer and flush; unsent rows are logged as an error.
+
+        With a spool, unsent rows stay in it for the next buffer on that spool;
+        an empty spool is removed.
+        """
         self._closed = True
         if self._timer is not None:
             # Safe at any point: a flush in progress is shielded and completes.
@@ -300,7 +587,28 @@ class AuditBuffer:
         if self._unlogged_drops:
             self._log_drops()
         if self._rows:
-            log.error("audit buffer closed with %d unsent row(s)", len(self._rows))
+            log.error(
+                "audit buffer closed with %d unsent row(s)%s",
+                len(self._rows),
+                f" (kept in spool {self._spool_path})" if self._spool is not None else "",
+            )
+        if self._spool is not None:
+            if self._spool_size == 0 and self._spool_path is not None:
+                try:
+                    # Under the lock: a buffer waiting for it re-checks the path.
+                    self._spool_path.unlink()
+                except OSError:
+                    pass  # an empty spool left behind is harmless
+            self._spool.close()
+            self._spool = None
 
 
-__all__ = ["EVENT_COLUMNS", "AuditBuffer", "AuditOverloadedError", "Row", "event_to_row"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "AuditBuffer",
+    "AuditOverloadedError",
+    "AuditSpoolInUseError",
+    "Row",
+    "Send",
+    "event_to_row",
+]

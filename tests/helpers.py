@@ -30,7 +30,14 @@ def write_persona(home: Path, name: str, config: dict[str, Any], soul: str = "")
 
 
 def scripted(
-    rules: list[dict[str, Any]] | None = None, default: str = "ok", **extra: Any
+    rules: list[dict[str, Any]] | None = None,
+    default: str = "ok",
+    *,
+    latency_ms: float = 0,
+    **extra: Any,
 ) -> dict[str, Any]:
     """A persona.yaml body with a scripted model."""
-    return {"model": {"provider": "scripted", "rules": rules or [], "default": default}, **extra}
+    model = {"provider": "scripted", "rules": rules or [], "default": default}
+    if latency_ms:
+        model["latency_ms"] = latency_ms
+    return {"model": model, **extra}

@@ -625,3 +625,38 @@ async def test_buffer_into_writer_end_to_end(tmp_path: Path) -> None:
             buf.record(HistoryAppended(**BASE, message=m, ts=m.ts))
         await buf.aclose()
         assert w.history("scribe", "c1") == conversation()
+
+
+# --------------------------------------------------------------------------
+# Replayed batches (a restarted source resending its spool)
+# --------------------------------------------------------------------------
+
+
+def test_replayed_batch_skips_rows_already_written(writer: AuditWriter) -> None:
+    rows = [event_to_row(e) for e in numbered(10)]
+    assert writer.write_rows(rows[:6]) == 6
+    # Rows 3-5 are written already; 8 and 9 come twice in the batch.
+    assert writer.write_rows(rows[3:] + rows[8:], replayed=True) == 4
+    assert writer.duplicates_skipped == 5
+    assert writer.write_rows(rows, replayed=True) == 0
+    result = writer.query("SELECT count(*), count(DISTINCT id) FROM events")
+    assert result.rows == [(10, 10)]
+    order = writer.query("SELECT payload FROM events ORDER BY ts, seq").rows
+    assert ids([{"payload": p} for (p,) in order]) == [str(i) for i in range(10)]
+
+
+def test_replayed_batch_with_a_malformed_row(writer: AuditWriter) -> None:
+    rows = [event_to_row(e) for e in numbered(3)]
+    writer.write_rows(rows[:1])
+    bad = dict(rows[1], id="bad", ts=None)
+    assert writer.write_rows([*rows, bad], replayed=True) == 2
+    assert (writer.rows_rejected, writer.duplicates_skipped) == (1, 1)
+
+
+def test_ordinary_batches_are_not_checked_for_duplicates(writer: AuditWriter) -> None:
+    # Only replayed batches pay for the id lookup: a source never sends a row twice
+    # otherwise (a failed send is retried, but the write it failed wrote nothing).
+    rows = [event_to_row(e) for e in numbered(3)]
+    writer.write_rows(rows)
+    assert writer.write_rows(rows) == 3
+    assert writer.query("SELECT count(DISTINCT id), count(*) FROM events").rows == [(3, 6)]

@@ -234,3 +234,59 @@ async def test_audit_buffer_into_actor(make_log: Any) -> None:
     assert (buf.events_sent, buf.failures, buf.dropped) == (1050, 0, 0)
     history = await log.history.remote("scribe", "c1")
     assert [m.text for m in history] == [str(i) for i in range(1050)]
+
+
+def test_replayed_append_skips_rows_already_written_or_pending(make_log: Any) -> None:
+    log = make_log(flush_interval=60)
+    batch = rows(10)
+    ray.get(log.append.remote(batch[:4]))
+    ray.get(log.flush.remote())
+    ray.get(log.append.remote(batch[4:7]))  # the first copies of these are still pending
+    # 2-3 are written, 4-6 pending: written first, then checked against.
+    ray.get(log.append.remote(batch[2:], replayed=True))
+    assert ray.get(log.flush.remote()) == 3 + 3
+    ray.get(log.append.remote(batch, replayed=True))
+    assert ray.get(log.flush.remote()) == 0
+    result = ray.get(log.query.remote("SELECT count(*), count(DISTINCT id) FROM events"))
+    assert result.rows == [(10, 10)]
+    s = stats(log)
+    assert (s["rows_written"], s["duplicates_skipped"], s["pending"]) == (10, 5 + 10, 0)
+
+
+def test_killed_persona_process_replays_its_spool(make_log: Any, tmp_path: Path) -> None:
+    log = make_log(flush_interval=60)
+    spool = tmp_path / "spool" / "scribe.jsonl"
+
+    @ray.remote(num_cpus=0, max_restarts=1, max_task_retries=-1)
+    class Recorder:
+        """Stands in for a persona actor: the wiring a restarted actor needs."""
+
+        def __init__(self, log: Any, spool: str) -> None:
+            # After a restart this resends what the killed process left in the spool.
+            self.buffer = audit_buffer_for(log, spool_path=spool, interval=60)
+
+        async def record(self, batch: list[dict[str, Any]]) -> None:
+            for row in batch:
+                self.buffer.record(ModelCalled.model_validate_json(row["payload"]))
+
+        async def flush(self) -> tuple[int, int]:
+            await self.buffer.flush()
+            return self.buffer.recovered, self.buffer.events_sent
+
+        async def pid(self) -> int:
+            return os.getpid()
+
+    recorder = Recorder.remote(log, str(spool))  # type: ignore[attr-defined]
+    try:
+        first = ray.get(recorder.pid.remote())
+        ray.get(recorder.record.remote(rows(20)))
+        assert ray.get(recorder.flush.remote()) == (0, 20)
+        ray.get(recorder.record.remote(rows(30)))  # waiting for the next flush: 60 s away
+        ray.kill(recorder, no_restart=False)
+        assert wait_for(lambda: ray.get(recorder.pid.remote()) != first, timeout=30)
+        assert ray.get(recorder.flush.remote()) == (30, 30)
+        result = ray.get(log.query.remote("SELECT count(*), count(DISTINCT id) FROM events"))
+        assert result.rows == [(50, 50)]
+        assert spool.read_bytes() == b""
+    finally:
+        ray.kill(recorder)

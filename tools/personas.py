@@ -13,7 +13,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import Messenger, TurnContext
-from runtime.errors import AskCycleError, DeliveryError, ToolError, UnknownPersonaError
+from runtime.errors import AskCycleError, CoterieError, ToolError, UnknownPersonaError
 from runtime.messages import MessageEnvelope, inbox_id
 from runtime.tool import tool
 
@@ -80,7 +80,7 @@ async def send_to_persona(args: SendArgs, ctx: TurnContext) -> str:
         await _messenger(ctx).post(envelope)
     except UnknownPersonaError as exc:
         raise ToolError("unknown_persona", str(exc)) from None
-    except DeliveryError as exc:
+    except CoterieError as exc:  # queue full, broken persona file, dead actor…
         raise ToolError("delivery_failed", str(exc)) from None
     return f"posted to {conversation}"
 
@@ -126,7 +126,7 @@ async def ask_persona(args: AskArgs, ctx: TurnContext) -> str:
         ) from None
     except UnknownPersonaError as exc:
         raise ToolError("unknown_persona", str(exc)) from None
-    except DeliveryError as exc:
+    except CoterieError as exc:
         raise ToolError("delivery_failed", str(exc)) from None
     if reply.status == "error":
         raise ToolError("delivery_failed", f"{args.persona} failed: {reply.error}")

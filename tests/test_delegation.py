@@ -1,0 +1,192 @@
+"""Personas talking to each other on Ray: asks, mirrors, caps, cycles,
+passivation, and actors (persona or router) killed and coming back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from actors.api import Runtime
+from actors.naming import persona_actor_name
+from runtime.config import RuntimeSettings
+from runtime.errors import QueueFullError
+from runtime.messages import MessageEnvelope
+from tests.helpers import scripted, write_persona
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+POST_ALPHA = {"persona": "alpha", "text": "fyi"}
+
+
+def ask_rule(target: str, text: str) -> dict[str, Any]:
+    return {"name": "ask_persona", "arguments": {"persona": target, "text": text}}
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[Runtime]:
+    home = tmp_path_factory.mktemp("deleg")
+    write_persona(
+        home,
+        "boss",
+        scripted(
+            [
+                {
+                    "when": {"turn": 1, "contains": "both"},
+                    "tool_calls": [ask_rule("alpha", "a?"), ask_rule("beta", "b?")],
+                },
+                {
+                    "when": {"turn": 1, "contains": "post"},
+                    "tool_calls": [
+                        {
+                            "name": "send_to_persona",
+                            "arguments": {"persona": "alpha", "text": "fyi"},
+                        }
+                    ],
+                },
+                {"when": {"turn": 1, "contains": "loop"}, "tool_calls": [ask_rule("looper", "x")]},
+                {"when": {"turn": 2}, "text": "got [{tool_result_1}] and [{tool_result_2}]"},
+            ],
+            default="boss heard it",
+        ),
+    )
+    write_persona(home, "alpha", scripted(default="alpha here", latency_ms=300))
+    write_persona(home, "beta", scripted(default="beta here", latency_ms=300))
+    # looper asks boss back: boss is waiting on looper → a cycle.
+    write_persona(
+        home,
+        "looper",
+        scripted(
+            [
+                {"when": {"turn": 1}, "tool_calls": [ask_rule("boss", "and you?")]},
+                {"when": {"turn": 2}, "text": "looper saw: {last_tool_result}"},
+            ]
+        ),
+    )
+    write_persona(home, "sleepy", scripted(default="zzz", latency_ms=2500))
+    runtime = Runtime.start(home=home, settings=RuntimeSettings(idle_timeout=None, max_queue=2))
+    yield runtime
+    runtime.shutdown()
+
+
+def test_coordinator_asks_two_concurrently(rt: Runtime) -> None:
+    reply = rt.ask("boss", "ask both", conversation_id="boss:both")
+    assert reply.text == "got [alpha here] and [beta here]"
+    rows = rt.query(
+        "select persona, conversation_id, min(ts) filter (where kind = 'turn_started'), "
+        "max(ts) filter (where kind = 'turn_ended') from events "
+        "where conversation_id like '%:inbox:boss' group by 1, 2 order by 1"
+    ).rows
+    assert [r[:2] for r in rows] == [("alpha", "alpha:inbox:boss"), ("beta", "beta:inbox:boss")]
+    # The two specialists' turns overlapped: the asks ran concurrently.
+    assert max(r[2] for r in rows) < min(r[3] for r in rows)
+
+
+def test_send_is_mirrored_back(rt: Runtime) -> None:
+    reply = rt.ask("boss", "post it", conversation_id="boss:post")
+    assert reply.status == "ok"
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        rt.flush()
+        rows = rt.query(
+            "select count(*) from events where persona = 'boss' "
+            "and conversation_id = 'boss:inbox:alpha' and kind = 'turn_ended'"
+        ).rows
+        if rows[0][0] >= 1:
+            break
+        time.sleep(0.2)
+    history = ray.get(rt.audit.history.remote("boss", "boss:inbox:alpha"))
+    assert history[0].text == "[message from persona alpha] alpha here"
+    assert history[-1].text == "boss heard it"
+
+
+def test_ask_cycle_fails_fast(rt: Runtime) -> None:
+    started = time.perf_counter()
+    reply = rt.ask("boss", "loop please", conversation_id="boss:loop")
+    assert time.perf_counter() - started < 10
+    assert "ask cycle: boss → looper → boss" in reply.text
+
+
+def test_queue_cap_refuses_persona_messages_not_people(rt: Runtime) -> None:
+    def from_boss(i: int) -> MessageEnvelope:
+        return MessageEnvelope(
+            sender="boss",
+            recipient="sleepy",
+            conversation_id="sleepy:inbox:boss",
+            text=f"m{i}",
+            source_kind="persona",
+            reply_mode="none",
+        )
+
+    async def flood() -> None:
+        await rt.directory.post(from_boss(0))
+        await asyncio.sleep(0.3)  # m0's turn is running
+        await rt.directory.post(from_boss(1))
+        await rt.directory.post(from_boss(2))
+        with pytest.raises(QueueFullError, match=r"\(2/2"):
+            await rt.directory.post(from_boss(3))
+
+    asyncio.run(flood())
+    for i in range(4):  # people are never refused
+        rt.send("sleepy", f"user {i}", conversation_id="sleepy:inbox:boss")
+
+
+def test_persona_killed_mid_turn_comes_back(rt: Runtime) -> None:
+    rt.ask("alpha", "warm up", conversation_id="alpha:kill")
+
+    async def killed() -> Any:
+        task = asyncio.ensure_future(rt.ask_async("alpha", "doomed", conversation_id="alpha:kill"))
+        await asyncio.sleep(0.1)
+        handle = ray.get_actor(persona_actor_name(rt.id, "alpha"), namespace=rt.namespace)
+        ray.kill(handle, no_restart=False)
+        return await asyncio.wait_for(task, 30)
+
+    reply = asyncio.run(killed())
+    assert reply.status == "error"
+    assert "died while handling the message" in (reply.error or "")
+    after = rt.ask("alpha", "again", conversation_id="alpha:kill")
+    assert after.text == "alpha here", after.error
+    handle = ray.get_actor(persona_actor_name(rt.id, "alpha"), namespace=rt.namespace)
+    kinds = ray.get(handle.history.remote("alpha:kill"))
+    # The restarted actor rebuilt the whole conversation, the killed turn's message included.
+    assert kinds == ["user", "assistant", "user", "user", "assistant"]
+
+
+def test_router_killed_comes_back(rt: Runtime) -> None:
+    before = rt.ask("beta", "hello", conversation_id="beta:router")
+    handle = ray.get_actor(persona_actor_name(rt.id, "beta"), namespace=rt.namespace)
+    pid = ray.get(handle.stats.remote())["pid"]
+    ray.kill(rt.router, no_restart=False)
+    # Cached addresses keep working, and new resolutions wait for the restart.
+    rt.directory.forget("beta")
+    after = rt.ask("beta", "hello again", conversation_id="beta:router")
+    assert before.status == after.status == "ok", after.error
+    handle = ray.get_actor(persona_actor_name(rt.id, "beta"), namespace=rt.namespace)
+    assert ray.get(handle.stats.remote())["pid"] == pid  # the same actor, re-found by name
+    assert rt.ask("boss", "ask both", conversation_id="boss:after-router").status == "ok"
+
+
+def test_passivation_round_trip(tmp_path: Path, ray_session: None) -> None:
+    home = tmp_path / "virtual"
+    write_persona(home, "idler", scripted(default="still here"))
+    write_persona(home, "other", scripted(default="other"))
+    rt = Runtime.start(home=home, settings=RuntimeSettings(idle_timeout=1.0))
+    try:
+        assert rt.ask("idler", "one", conversation_id="idler:c").text == "still here"
+        assert ray.get(rt.router.active.remote()) == ["idler"]
+        deadline = time.time() + 15
+        while ray.get(rt.router.active.remote()) and time.time() < deadline:
+            time.sleep(0.25)
+        assert ray.get(rt.router.active.remote()) == []  # no process for an idle persona
+        # The cached handle is stale; delivery re-resolves and reactivates.
+        assert rt.ask("idler", "two", conversation_id="idler:c").text == "still here"
+        handle = ray.get_actor(persona_actor_name(rt.id, "idler"), namespace=rt.namespace)
+        assert ray.get(handle.history.remote("idler:c")) == ["user", "assistant"] * 2
+    finally:
+        rt.shutdown()
