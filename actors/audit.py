@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import ray
 
+from actors.audit_client import audit_buffer_for
 from runtime.audit import AuditLogStats, AuditWriter, QueryResult
-from runtime.audit_buffer import AuditBuffer, AuditOverloadedError, Row
+from runtime.audit_buffer import AuditOverloadedError, Row
 from runtime.messages import ChatMessage
 
 log = logging.getLogger("coterie.audit")
@@ -90,8 +90,9 @@ class AuditLogActor:
     async def append(self, rows: list[Row], *, replayed: bool = False) -> int:
         """Accept rows for the next write; returns how many were accepted.
 
-        ``replayed`` rows are resent by a restarted source and may have been
-        written already: those are skipped (by ``id``) when written.
+        ``replayed`` rows are resent by a source (restarted from its spool, or
+        retrying a failed send) and may have been written already: those are
+        skipped (by ``id``) when written.
 
         Raises :class:`AuditOverloadedError` (the caller keeps its rows and
         retries) when more than ``max_pending`` rows are waiting to be written.
@@ -230,25 +231,6 @@ def get_or_create_audit_log(
         lifetime="detached" if detached else None,
         num_cpus=0,
     ).remote(path, flush_interval=flush_interval, flush_rows=flush_rows)
-
-
-def audit_buffer_for(
-    handle: Any, *, spool_path: str | Path | None = None, **kwargs: Any
-) -> AuditBuffer:
-    """An :class:`AuditBuffer` whose batches go to the audit log actor ``handle``.
-
-    With ``spool_path`` (one per persona, on local disk) rows survive the
-    process being killed: a buffer created on the same spool after a restart
-    resends them as replayed batches, which the actor deduplicates.
-    """
-
-    async def send(rows: list[Row]) -> None:
-        await handle.append.remote(rows)
-
-    async def replay(rows: list[Row]) -> None:
-        await handle.append.remote(rows, replayed=True)
-
-    return AuditBuffer(send, replay=replay, spool_path=spool_path, **kwargs)
 
 
 __all__ = [

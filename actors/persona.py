@@ -11,8 +11,8 @@ from typing import Any
 
 import ray
 
+from actors.audit_client import audit_buffer_for
 from actors.directory import PersonaDirectory
-from runtime.audit_buffer import AuditBuffer
 from runtime.config import RuntimeSettings, load_persona
 from runtime.errors import ModelError, PersonaPassivatedError
 from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse
@@ -67,7 +67,11 @@ class PersonaActor:
         self.settings = settings
         self._audit_handle = ray.get_actor(audit_actor, namespace=namespace)
         self._router_name, self._namespace = router_actor, namespace
-        self.buffer = AuditBuffer(self._send)
+        # One spool per persona on local disk: a restarted actor resends what
+        # its killed predecessor recorded but had not delivered yet.
+        self.buffer = audit_buffer_for(
+            self._audit_handle, spool_path=Path(home) / "spool" / f"{name}.audit.jsonl"
+        )
         self.directory = PersonaDirectory(router_actor, namespace)
         self.runtime = PersonaRuntime(
             persona,
@@ -81,9 +85,6 @@ class PersonaActor:
         )
         self.closing = False
         self._monitor: asyncio.Task[None] | None = None
-
-    async def _send(self, rows: list[dict[str, Any]]) -> None:
-        await self._audit_handle.append.remote(rows)
 
     async def _load_history(self, conversation_id: str) -> list[Any]:
         # Rebuilds a conversation after the actor was restarted or passivated.
@@ -155,6 +156,8 @@ class PersonaActor:
         return [m.kind for m in self.runtime.conversation(conversation_id).history]
 
     async def ping(self) -> str:
+        # The first call after a restart: deliver what the spool recovered.
+        await self.buffer.flush()
         return self.runtime.name
 
     async def shutdown(self) -> None:

@@ -247,18 +247,20 @@ class AuditBuffer:
     ``send`` is an async callable taking a list of rows (e.g. a call to
     ``AuditLogActor.append``). Rows are sent in recording order. A batch whose
     send raised goes back to the front of the buffer and is retried by the next
-    flush (at least once: a receiver that failed after taking it sees it again).
+    flush, through ``replay`` (the receiver may have taken it before failing).
     Only when more than ``max_pending`` rows are waiting are the oldest dropped,
     and that is counted in :attr:`dropped` and logged as an error.
+
+    ``replay`` (default: ``send``) sends rows that may have reached the receiver
+    already, and should skip those whose ``id`` it has
+    (``AuditLogActor.append(rows, replayed=True)``); only such rows take it.
 
     With ``spool_path``, :meth:`record` also appends each row to that file
     (flushed to the OS, not fsynced: it survives the process being killed, not
     the machine crashing), and a flush that leaves the buffer empty truncates
     it. A new buffer on the same spool (the restarted process) starts with the
-    rows left there and sends them, before any new row, through ``replay``:
-    some of them may have reached the receiver already, so ``replay`` must skip
-    rows whose ``id`` it has (``AuditLogActor.append(rows, replayed=True)``).
-    The spool is only truncated once they are acknowledged, so a crash during
+    rows left there and sends them through ``replay`` before any new row. The
+    spool is only truncated once they are acknowledged, so a crash during
     recovery loses nothing either. One buffer at a time may use a spool.
     """
 
@@ -282,7 +284,8 @@ class AuditBuffer:
         self._interval = interval
         self._max_pending = max_pending
         self._rows: collections.deque[Row] = collections.deque()
-        # The first _replay_left rows came from the spool and go through replay.
+        # The first _replay_left rows may have been delivered (they come from the
+        # spool, or from a failed send) and go through replay.
         self._replay_left = 0
         # The batch being sent: unacknowledged, so kept by a spool compaction.
         self._inflight: list[Row] = []
@@ -516,7 +519,8 @@ class AuditBuffer:
     async def _flush(self) -> None:
         async with self._lock:
             while self._rows:
-                # Recovered rows go first and alone: only their batches need replay.
+                # Rows that may have been delivered go first and alone: only their
+                # batches pay for the receiver's duplicate check.
                 replayed = self._replay_left > 0
                 n = min(self._max_events, self._replay_left if replayed else len(self._rows))
                 batch = [self._rows.popleft() for _ in range(n)]
@@ -527,8 +531,7 @@ class AuditBuffer:
                     await (self._replay if replayed else self._send)(batch)
                 except Exception as exc:
                     self._rows.extendleft(reversed(batch))
-                    if replayed:
-                        self._replay_left += n
+                    self._replay_left += n
                     self._failures += 1
                     self._healthy = False
                     log.warning(

@@ -248,7 +248,7 @@ async def test_spool_truncated_only_when_every_row_is_acknowledged(spool: Path) 
             raise ConnectionError("flaky")
         await rx.send(rows)
 
-    buf._send = fails_after_first
+    buf._send = buf._replay = fails_after_first
     for e in numbered(10):
         buf.record(e)
     await buf.flush()  # 4 sent, then a failure: 6 wait
@@ -262,6 +262,22 @@ async def test_spool_truncated_only_when_every_row_is_acknowledged(spool: Path) 
     assert lines(spool) == 1
     await buf.aclose()
     assert ids(rx.rows) == [str(i) for i in range(11)]
+
+
+async def test_failed_batch_is_retried_as_replayed(spool: Path) -> None:
+    rx = Receiver()
+    buf = rx.buffer(spool, max_events=3)
+    rx.fail = True
+    for e in numbered(5):
+        buf.record(e)
+    await buf.flush()
+    rx.fail = False
+    await buf.aclose()
+    # The receiver may have taken the failed batch: only it is sent as replayed.
+    assert [(replayed, ids(b)) for replayed, b in rx.batches] == [
+        (True, ["0", "1", "2"]),
+        (False, ["3", "4"]),
+    ]
 
 
 async def test_failed_sends_keep_the_spool(spool: Path) -> None:
@@ -327,7 +343,11 @@ async def test_replay_of_rows_written_but_not_truncated_does_not_duplicate(
             writer.write_rows(rows, replayed=True)
 
         buf = AuditBuffer(
-            written_then_killed, replay=replay, spool_path=spool, max_events=5, interval=60
+            written_then_killed,
+            replay=written_then_killed,
+            spool_path=spool,
+            max_events=5,
+            interval=60,
         )
         for e in numbered(8):
             buf.record(e)

@@ -142,7 +142,9 @@ def test_persona_killed_mid_turn_comes_back(rt: Runtime) -> None:
 
     async def killed() -> Any:
         task = asyncio.ensure_future(rt.ask_async("alpha", "doomed", conversation_id="alpha:kill"))
-        await asyncio.sleep(0.1)
+        # Well inside the audit buffer's flush interval: only the spool keeps
+        # what the dying actor recorded.
+        await asyncio.sleep(0.05)
         handle = ray.get_actor(persona_actor_name(rt.id, "alpha"), namespace=rt.namespace)
         ray.kill(handle, no_restart=False)
         return await asyncio.wait_for(task, 30)
@@ -156,6 +158,12 @@ def test_persona_killed_mid_turn_comes_back(rt: Runtime) -> None:
     kinds = ray.get(handle.history.remote("alpha:kill"))
     # The restarted actor rebuilt the whole conversation, the killed turn's message included.
     assert kinds == ["user", "assistant", "user", "user", "assistant"]
+    # No audit event was lost: the killed turn's envelope and start are there.
+    rows = rt.query(
+        "select kind, count(*) from events where conversation_id = 'alpha:kill' "
+        "and kind in ('envelope', 'turn_started') group by 1 order by 1"
+    ).rows
+    assert rows == [("envelope", 3), ("turn_started", 3)]
 
 
 def test_router_killed_comes_back(rt: Runtime) -> None:

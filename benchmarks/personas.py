@@ -1,0 +1,757 @@
+"""Personas at scale: delivery paths, throughput, 1,000 concurrent turns, memory.
+
+Measured in one run on a local Ray (``num_cpus=2``) and printed as one table:
+
+1. ask round-trip p50/p99 with an instant scripted persona, N sequential asks
+   per path, the paths interleaved: (a) through the router
+   (``router.deliver``: driver -> router -> persona), (b) the runtime's
+   default path (``Runtime.ask``: handle resolved once via the router, then
+   direct), (c) a direct call on the persona's actor handle;
+2. throughput with 64 asks in flight for the same three paths (asyncio, one
+   worker per conversation over a few personas), and routed/direct ratios;
+3. 1,000 concurrent turns over 100 warm personas (10 conversations each)
+   against an OpenAI-compatible fake server with 1 s latency, running in its
+   own process on 127.0.0.1;
+4. memory: USS of the active persona processes and of the router; then a
+   fresh home with 10,000 registered (scripted) personas, none active: the
+   persona processes, the router's USS, ``Runtime.personas()`` and the first
+   ``resolve``.
+
+    python benchmarks/personas.py [--asks 500] [--messages 3000]
+                                  [--personas 100] [--turns 1000] [--registered 10000]
+
+Process memory comes from psutil. The router has no pid-reporting method, so
+its process is found by its Ray proctitle (``ray::RouterActor``) among the
+descendants of this driver only (the raylet and its workers are our children),
+which keeps other Ray sessions on a shared machine out of the count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import math
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from actors.api import Runtime  # noqa: E402
+from actors.naming import persona_actor_name  # noqa: E402
+from runtime.config import load_persona  # noqa: E402
+from runtime.messages import MessageEnvelope, ReplyEnvelope  # noqa: E402
+from runtime.models import build_model  # noqa: E402
+from runtime.persona import PersonaRuntime  # noqa: E402
+from runtime.testing.servers import FakeOpenAIServer  # noqa: E402
+from tools import builtin_registry  # noqa: E402
+
+KEY_ENV = "COTERIE_BENCH_OPENAI_KEY"
+SCRIPTED = {"model": {"provider": "scripted", "default": "pong"}}
+SEQ_CONVERSATIONS = 10
+WARMUP_ASKS = 20
+MiB = 2**20
+
+# Wide enough for the table when the output is piped to a file.
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+# -- rows of the table ----------------------------------------------------------
+
+
+class Report:
+    """The rows of the one summary table."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str]] = []
+
+    def add(self, label: str, value: str, target: str = "", verdict: str | None = None) -> None:
+        self.rows.append((label, value, target, verdict or ("info" if not target else "")))
+
+    def check(self, label: str, value: str, target: str, ok: bool) -> None:
+        self.add(label, value, target, "[green]met[/]" if ok else "[red]MISSED[/]")
+
+    def section(self, title: str) -> None:
+        self.rows.append((f"[bold]{title}[/]", "", "", ""))
+
+    def table(self, title: str) -> Table:
+        table = Table(title=title)
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        table.add_column("target", justify="right")
+        table.add_column("verdict")
+        for row in self.rows:
+            table.add_row(*row)
+        return table
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- the fake model server, in its own process ---------------------------------
+
+
+class _TimedOpenAIServer(FakeOpenAIServer):
+    """Records when each request arrived and when its reply left (wall clock)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.arrivals: list[float] = []
+        self.departures: list[float] = []
+
+    async def _handle(self, http_request: Any) -> Any:
+        self.arrivals.append(time.time())
+        try:
+            return await super()._handle(http_request)
+        finally:
+            self.departures.append(time.time())
+
+
+def _serve(conn: Any, latency: float) -> None:
+    """Child process: serve until told to stop (or the parent goes away)."""
+
+    async def main() -> None:
+        async with _TimedOpenAIServer(latency=latency, default_text="pong") as srv:
+            conn.send(srv.base_url)
+            loop = asyncio.get_running_loop()
+            while True:
+                try:
+                    command = await loop.run_in_executor(None, conn.recv)
+                except (EOFError, OSError):
+                    return
+                if command != "stats":
+                    return
+                conn.send((srv.arrivals, srv.departures, srv.max_in_flight))
+                srv.arrivals, srv.departures, srv.max_in_flight = [], [], 0
+                srv.clear()  # drop the recorded bodies and headers
+
+    asyncio.run(main())
+
+
+class ServerProcess:
+    """A FakeOpenAIServer in a separate (spawned) process on 127.0.0.1."""
+
+    def __init__(self, latency: float) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, latency), daemon=True)
+        self._proc.start()
+        child.close()
+        if not self._conn.poll(60):
+            self.stop()
+            raise RuntimeError("the fake model server did not start")
+        self.base_url: str = self._conn.recv()
+        self.pid: int | None = self._proc.pid
+
+    def stats(self) -> tuple[list[float], list[float], int]:
+        """(arrival times, departure times, max in flight) since the last call."""
+        self._conn.send("stats")
+        result: tuple[list[float], list[float], int] = self._conn.recv()
+        return result
+
+    def stop(self) -> None:
+        try:
+            self._conn.send("stop")
+        except (OSError, ValueError):
+            pass
+        self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._conn.close()
+
+
+# -- processes and memory --------------------------------------------------------
+
+
+def our_ray_processes(title: str) -> list[psutil.Process]:
+    """Ray workers of *this* session whose proctitle starts with ``ray::<title>``."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmdline = proc.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if cmdline and cmdline[0].startswith(f"ray::{title}"):
+            found.append(proc)
+    return found
+
+
+def uss_mib(pid: int) -> float:
+    return float(psutil.Process(pid).memory_full_info().uss / MiB)
+
+
+def router_uss(rt: Runtime) -> tuple[float, int]:
+    """(USS MiB, pid) of the router; asserts there is exactly one."""
+    ray.get(rt.router.ping.remote())
+    procs = our_ray_processes("RouterActor")
+    if len(procs) != 1:
+        raise RuntimeError(f"expected one ray::RouterActor process, found {len(procs)}")
+    return uss_mib(procs[0].pid), procs[0].pid
+
+
+def named_persona_actors(rt: Runtime) -> list[str]:
+    prefix = persona_actor_name(rt.id, "")
+    return [
+        entry["name"]
+        for entry in ray.util.list_named_actors(all_namespaces=True)
+        if entry["name"].startswith(prefix)
+    ]
+
+
+ROLES = {
+    "ray::PersonaActor": "personas",
+    "ray::RouterActor": "router",
+    "ray::AuditLogActor": "audit",
+}
+
+
+class CpuMeter:
+    """CPU seconds spent by this session's processes, by role, over an interval.
+
+    Roles: the driver (with the runtime's background thread), the persona,
+    router and audit actors (by proctitle), the model server, the rest of Ray
+    (raylet, GCS, agents, idle workers), and everything else on the machine.
+    """
+
+    def __init__(self, server_pid: int | None) -> None:
+        self.server_pid = server_pid
+        self._start: dict[str, float] = {}
+
+    def _sample(self) -> dict[str, float]:
+        used: dict[str, float] = dict.fromkeys(
+            ["personas", "model server", "driver", "router", "audit", "ray system"], 0.0
+        )
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                if proc.pid == me.pid:
+                    role = "driver"
+                elif proc.pid == self.server_pid:
+                    role = "model server"
+                else:
+                    cmdline = proc.cmdline()
+                    title = cmdline[0] if cmdline else ""
+                    role = next(
+                        (r for prefix, r in ROLES.items() if title.startswith(prefix)), "ray system"
+                    )
+                times = proc.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            used[role] += times.user + times.system
+        machine = psutil.cpu_times()
+        used["machine"] = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+        return used
+
+    def start(self) -> None:
+        self._start = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        end = self._sample()
+        spent = {k: max(0.0, end[k] - self._start.get(k, 0.0)) for k in end}
+        ours = sum(v for k, v in spent.items() if k != "machine")
+        spent["other load"] = max(0.0, spent.pop("machine") - ours)
+        return spent
+
+
+def cpu_text(spent: dict[str, float], wall: float, per: float = 1.0, unit: str = "s") -> str:
+    """``role n, …`` (largest first) and the budget: cores x wall; divided by ``per``."""
+    parts = [
+        f"{role} {secs / per:.2f}"
+        for role, secs in sorted(spent.items(), key=lambda kv: -kv[1])
+        if secs / per >= 0.005
+    ]
+    cores = os.cpu_count() or 2
+    budget = f"of {cores} x {wall / per:.2f} = {cores * wall / per:.2f} core-{unit}"
+    return f"{', '.join(parts)} ({budget})"
+
+
+# -- homes ----------------------------------------------------------------------
+
+
+def write_persona(home: Path, name: str, body: dict[str, Any]) -> None:
+    path = home / "personas" / name
+    path.mkdir(parents=True)
+    (path / "persona.yaml").write_text(yaml.safe_dump(body))
+    (path / "SOUL.md").write_text("Benchmark persona.")
+
+
+def scripted_names(n: int) -> list[str]:
+    return [f"bench-{i}" for i in range(n)]
+
+
+def model_names(n: int) -> list[str]:
+    return [f"model-{i:03d}" for i in range(n)]
+
+
+def write_main_home(home: Path, args: argparse.Namespace, base_url: str) -> None:
+    for name in scripted_names(args.tp_personas):
+        write_persona(home, name, SCRIPTED)
+    body = {
+        "description": "Answers through the fake OpenAI server.",
+        "model": {
+            "provider": "openai",
+            "name": "fake-model",
+            "base_url": base_url,
+            "api_key_env": KEY_ENV,
+            "max_tokens": 64,
+            "timeout": 60,
+            # A failure shows up as a non-ok reply instead of a hidden retry.
+            "max_retries": 0,
+        },
+    }
+    for name in model_names(args.personas):
+        write_persona(home, name, body)
+
+
+# -- 1. sequential round trips --------------------------------------------------
+
+
+def sequential(rt: Runtime, persona: str, asks: int) -> dict[str, list[float]]:
+    """Interleaved sequential asks on the three paths; milliseconds per ask."""
+    handle = ray.get(rt.router.resolve.remote(persona))
+
+    def via_router(cid: str, text: str) -> ReplyEnvelope:
+        data = rt.envelope(persona, text, conversation_id=cid).model_dump_json()
+        return ReplyEnvelope.model_validate_json(ray.get(rt.router.deliver.remote(data)))
+
+    def via_runtime(cid: str, text: str) -> ReplyEnvelope:
+        return rt.ask(persona, text, conversation_id=cid)
+
+    def direct(cid: str, text: str) -> ReplyEnvelope:
+        data = rt.envelope(persona, text, conversation_id=cid).model_dump_json()
+        return ReplyEnvelope.model_validate_json(ray.get(handle.handle.remote(data)))
+
+    paths: dict[str, Callable[[str, str], ReplyEnvelope]] = {
+        "router": via_router,
+        "runtime": via_runtime,
+        "direct": direct,
+    }
+    samples: dict[str, list[float]] = {p: [] for p in paths}
+    order = list(paths)
+    for i in range(WARMUP_ASKS + asks):
+        order = order[1:] + order[:1]  # rotate, so no path always goes first
+        for path in order:
+            cid = f"{persona}:seq-{path}:{i % SEQ_CONVERSATIONS}"
+            t0 = time.perf_counter()
+            reply = paths[path](cid, f"ping {i}")
+            elapsed = (time.perf_counter() - t0) * 1000
+            if reply.status != "ok":
+                raise RuntimeError(f"{path}: {reply.status} {reply.error}")
+            if i >= WARMUP_ASKS:
+                samples[path].append(elapsed)
+    return samples
+
+
+# -- 2. throughput ---------------------------------------------------------------
+
+
+async def throughput(
+    rt: Runtime,
+    path: str,
+    personas: list[str],
+    handles: dict[str, Any],
+    messages: int,
+    window: int,
+    meter: CpuMeter,
+) -> tuple[float, int, float, dict[str, float]]:
+    """(messages/s, messages, seconds, CPU by role) with ``window`` asks in flight.
+
+    One worker per conversation, so no two asks ever wait on the same
+    conversation (which would merge them into one turn).
+    """
+
+    def sender(persona: str) -> Callable[[str, str], Awaitable[ReplyEnvelope]]:
+        async def via_router(cid: str, text: str) -> ReplyEnvelope:
+            data = rt.envelope(persona, text, conversation_id=cid).model_dump_json()
+            return ReplyEnvelope.model_validate_json(await rt.router.deliver.remote(data))
+
+        async def via_runtime(cid: str, text: str) -> ReplyEnvelope:
+            return await rt.ask_async(persona, text, conversation_id=cid)
+
+        async def direct(cid: str, text: str) -> ReplyEnvelope:
+            data = rt.envelope(persona, text, conversation_id=cid).model_dump_json()
+            return ReplyEnvelope.model_validate_json(await handles[persona].handle.remote(data))
+
+        return {"router": via_router, "runtime": via_runtime, "direct": direct}[path]
+
+    per_worker = math.ceil(messages / window)
+    failures: list[str] = []
+
+    async def worker(w: int, count: int) -> None:
+        persona = personas[w % len(personas)]
+        send, cid = sender(persona), f"{persona}:tp-{path}:{w}"
+        for i in range(count):
+            reply = await send(cid, f"msg {i}")
+            if reply.status != "ok":
+                failures.append(f"{reply.status}: {reply.error}")
+
+    await asyncio.gather(*(worker(w, 2) for w in range(window)))  # warm-up
+    meter.start()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w, per_worker) for w in range(window)))
+    elapsed = time.perf_counter() - t0
+    spent = meter.stop()
+    if failures:
+        raise RuntimeError(f"{path}: {len(failures)} failed asks, e.g. {failures[0]}")
+    total = per_worker * window
+    return total / elapsed, total, elapsed, spent
+
+
+# -- 3. concurrent turns against a slow model -----------------------------------
+
+
+async def ask_all(
+    rt: Runtime, asks: list[tuple[str, str]]
+) -> tuple[float, float, list[ReplyEnvelope]]:
+    """(seconds to submit every ask, seconds to the last reply, the replies)."""
+    t0 = time.perf_counter()
+    tasks = [
+        asyncio.create_task(rt.ask_async(p, "hello there", conversation_id=cid, timeout=300))
+        for p, cid in asks
+    ]
+    # One pass of the loop runs each task up to its first real wait: by then
+    # (the handles being cached) every actor call has been submitted.
+    await asyncio.sleep(0)
+    submitted = time.perf_counter() - t0
+    replies = await asyncio.gather(*tasks)
+    return submitted, time.perf_counter() - t0, list(replies)
+
+
+def burst(rt: Runtime, server: ServerProcess, names: list[str], turns: int) -> dict[str, Any]:
+    """``turns`` concurrent asks, ``turns / len(names)`` conversations per persona."""
+    per_persona = math.ceil(turns / len(names))
+    asks = [(p, f"{p}:burst-{k}") for k in range(per_persona) for p in names][:turns]
+    server.stats()  # reset the server's records
+    gc.collect()
+    meter = CpuMeter(server.pid)
+    meter.start()
+    wall_t0 = time.time()
+    submitted, wall, replies = asyncio.run(ask_all(rt, asks))
+    spent = meter.stop()
+    arrivals, departures, max_in_flight = server.stats()
+    bad = [r for r in replies if r.status != "ok"]
+    return {
+        "wall": wall,
+        "submitted": submitted,
+        "cpu": spent,
+        "n": len(replies),
+        "ok": len(replies) - len(bad),
+        "bad": bad,
+        "first_arrival": min(arrivals) - wall_t0 if arrivals else float("nan"),
+        "last_arrival": max(arrivals) - wall_t0 if arrivals else float("nan"),
+        "last_departure": max(departures) - wall_t0 if departures else float("nan"),
+        "requests": len(arrivals),
+        "max_in_flight": max_in_flight,
+    }
+
+
+def report_burst(report: Report, res: dict[str, Any], label: str, target: float | None) -> None:
+    value = f"{res['wall']:.2f} s"
+    if target is None:
+        report.add(label, value)
+    else:
+        report.check(label, value, f"<= {target:.2f} s", res["wall"] <= target)
+    report.check(
+        "  replies ok",
+        f"{res['ok']} / {res['n']}",
+        f"{res['n']} / {res['n']}",
+        res["ok"] == res["n"],
+    )
+    report.add("  driver: all asks submitted after", f"{res['submitted']:.2f} s")
+    report.add(
+        "  model requests: first / last arrival after submit",
+        f"{res['first_arrival']:.2f} / {res['last_arrival']:.2f} s",
+    )
+    report.add(
+        "  last model reply sent / max in flight at the server",
+        f"{res['last_departure']:.2f} s / {res['max_in_flight']}",
+    )
+    report.add("  CPU s during the burst, by process", cpu_text(res["cpu"], res["wall"]))
+    if res["bad"]:
+        console.print(f"[red]{label}: e.g. {res['bad'][0].error}[/]")
+
+
+async def in_process_cpu(home: Path, persona: str, turns: int, concurrency: int) -> float:
+    """CPU ms per turn of a bare PersonaRuntime in this process (no Ray, no audit)."""
+    loaded = load_persona(home, persona)
+    runtime = PersonaRuntime(
+        loaded, model=build_model(loaded.config.model), registry=builtin_registry()
+    )
+
+    async def one_round(tag: str) -> None:
+        replies = await asyncio.gather(
+            *(
+                runtime.handle(
+                    MessageEnvelope(
+                        recipient=persona,
+                        conversation_id=f"{persona}:floor-{tag}-{k}",
+                        text="hello there",
+                    )
+                )
+                for k in range(concurrency)
+            )
+        )
+        bad = [r for r in replies if r.status != "ok"]
+        if bad:
+            raise RuntimeError(f"in-process {persona}: {bad[0].error}")
+
+    try:
+        await one_round("warm")  # imports, client, connections
+        rounds = max(1, turns // concurrency)
+        c0 = time.process_time()
+        for r in range(rounds):
+            await one_round(str(r))
+        return (time.process_time() - c0) * 1000 / (rounds * concurrency)
+    finally:
+        await runtime.aclose()
+
+
+# -- the run --------------------------------------------------------------------
+
+
+def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: ServerProcess) -> None:
+    # The floor, before Ray starts: one persona's turn loop in this process.
+    with console.status("in-process floor"):
+        floor = {
+            "scripted": asyncio.run(in_process_cpu(home, scripted_names(1)[0], 200, 10)),
+            "openai": asyncio.run(in_process_cpu(home, model_names(1)[0], 100, 50)),
+        }
+    with console.status("starting Ray"):
+        rt = Runtime.start(home=home, num_cpus=2)
+    try:
+        # 1. sequential
+        bench = scripted_names(args.tp_personas)
+        with console.status(f"sequential asks: {args.asks} per path"):
+            seq = sequential(rt, bench[0], args.asks)
+        d50 = statistics.median(seq["direct"])
+        labels = {
+            "router": "(a) router.deliver (driver -> router -> persona)",
+            "runtime": "(b) Runtime.ask (resolved once, then direct)",
+            "direct": "(c) direct handle.handle.remote",
+        }
+        report.section(f"1. ask round trip, scripted instant persona, {args.asks} sequential")
+        for path in ("router", "runtime", "direct"):
+            p50, p99 = statistics.median(seq[path]), pct(seq[path], 0.99)
+            extra = "" if path == "direct" else f"  (+{p50 - d50:.2f} p50 vs c)"
+            report.add(f"{labels[path]} p50 / p99", f"{p50:.2f} / {p99:.2f} ms{extra}")
+
+        # 2. throughput
+        handles = {p: ray.get(rt.router.resolve.remote(p)) for p in bench}
+        best: dict[str, float] = {}
+        best_cpu: dict[str, tuple[float, dict[str, float]]] = {}
+        total = 0
+        order = ["router", "runtime", "direct"]
+        meter = CpuMeter(srv.pid)
+        with console.status(f"throughput: {args.messages} messages, {args.window} in flight"):
+            for _ in range(args.rounds):
+                for path in order:
+                    gc.collect()
+                    rate, total, secs, spent = asyncio.run(
+                        throughput(rt, path, bench, handles, args.messages, args.window, meter)
+                    )
+                    if rate > best.get(path, 0.0):
+                        best[path], best_cpu[path] = rate, (secs, spent)
+                order.reverse()
+        report.section(
+            f"2. throughput, {args.window} in flight, {total} messages over "
+            f"{len(bench)} personas x {args.window // len(bench)} conversations "
+            f"(best of {args.rounds})"
+        )
+        for path in ("router", "runtime", "direct"):
+            report.add(labels[path], f"{best[path]:,.0f} msg/s")
+        for path in ("router", "runtime", "direct"):
+            secs, spent = best_cpu[path]
+            report.add(
+                f"  {labels[path][:3]} CPU core-ms per message, by process",
+                cpu_text(spent, secs, per=total / 1000, unit="ms"),
+            )
+        for path in ("router", "runtime"):
+            ratio = best[path] / best["direct"]
+            report.check(
+                f"ratio {labels[path][:3]}/(c) routed/direct",
+                f"{ratio:.2f}",
+                ">= 0.80",
+                ratio >= 0.8,
+            )
+
+        # 3. concurrent turns over warm personas
+        names = model_names(args.personas)
+        report.section(
+            f"3. {args.turns} concurrent turns over {args.personas} warm personas, "
+            f"model latency {args.latency:g} s"
+        )
+        with console.status(f"warming up {len(names)} personas"):
+            _, warm_s, replies = asyncio.run(ask_all(rt, [(p, f"{p}:warm") for p in names]))
+        warm_bad = [r for r in replies if r.status != "ok"]
+        if warm_bad:
+            raise RuntimeError(f"warm-up failed for {len(warm_bad)}: {warm_bad[0].error}")
+        report.add(f"warm-up: {len(names)} personas activated + one turn each", f"{warm_s:.1f} s")
+        report.add(
+            "in-process floor, CPU per turn (PersonaRuntime, no Ray): scripted / openai SDK",
+            f"{floor['scripted']:.2f} / {floor['openai']:.2f} ms",
+        )
+        report.add(
+            f"  so {args.turns} openai turns need, in persona code alone",
+            f"{args.turns * floor['openai'] / 1000:.2f} core-s",
+        )
+        target = args.latency + 0.5
+        with console.status(f"{args.turns} concurrent turns"):
+            first = burst(rt, srv, names, args.turns)
+        report_burst(
+            report,
+            first,
+            f"wall time, submit -> last reply ({args.turns} asks, new conversations)",
+            target,
+        )
+        # The same conversations again: their (empty) history is loaded from
+        # the audit store only on a conversation's first turn in this actor,
+        # and each persona's HTTP connections are already open.
+        with console.status(f"{args.turns} concurrent turns, again"):
+            second = burst(rt, srv, names, args.turns)
+        report_burst(report, second, "same conversations again (second turn each)", None)
+
+        # 4a. memory of the active personas
+        stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
+        uss = [uss_mib(s["pid"]) for s in stats]
+        sdks = {sdk for s in stats for sdk in s["sdks_loaded"]}
+        rss = [psutil.Process(s["pid"]).memory_info().rss / MiB for s in stats]
+        r_uss, _ = router_uss(rt)
+        report.section(f"4. memory, {len(names)} active personas (sdks: {', '.join(sorted(sdks))})")
+        report.add(
+            f"USS of the {len(names)} persona processes: sum / mean",
+            f"{sum(uss) / 1024:.2f} GiB / {statistics.mean(uss):.1f} MiB",
+        )
+        report.add("  RSS mean (shared pages counted in each)", f"{statistics.mean(rss):.1f} MiB")
+        report.add(
+            f"router USS, {len(names) + len(bench)} active personas",
+            f"{r_uss:.1f} MiB",
+        )
+    finally:
+        rt.shutdown()
+
+
+def handles_for(rt: Runtime, persona: str) -> Any:
+    return ray.get_actor(persona_actor_name(rt.id, persona), namespace=rt.namespace)
+
+
+def run_registered_home(args: argparse.Namespace, report: Report, home: Path) -> None:
+    n = args.registered
+    t0 = time.perf_counter()
+    with console.status(f"writing {n:,} persona directories"):
+        for i in range(n):
+            write_persona(
+                home, f"p-{i:05d}", {**SCRIPTED, "description": f"registered persona {i}"}
+            )
+    write_s = time.perf_counter() - t0
+    report.section(f"4b. fresh home, {n:,} registered personas (written in {write_s:.1f} s)")
+    with console.status("starting Ray"):
+        t0 = time.perf_counter()
+        rt = Runtime.start(home=home, num_cpus=2)
+        start_s = time.perf_counter() - t0
+    try:
+        named = named_persona_actors(rt)
+        active = ray.get(rt.router.active.remote())
+        procs = our_ray_processes("PersonaActor")
+        idle = len(named) + len(active) + len(procs) == 0
+        report.check(
+            "persona processes: named actors / router.active / ray::PersonaActor",
+            f"{len(named)} / {len(active)} / {len(procs)}",
+            "0",
+            idle,
+        )
+        report.add(f"Runtime.start on this home (Ray + router listing {n:,})", f"{start_s:.2f} s")
+        uss0, pid = router_uss(rt)
+        report.add(f"router USS after start (pid {pid})", f"{uss0:.1f} MiB")
+        with console.status("Runtime.personas()"):
+            t0 = time.perf_counter()
+            roster = rt.personas()
+            cold = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rt.personas()
+            warm = time.perf_counter() - t0
+        if len(roster) != n:
+            raise RuntimeError(f"personas() listed {len(roster)} of {n}")
+        report.add("Runtime.personas(): first / second call", f"{cold:.2f} / {warm:.2f} s")
+        uss1, _ = router_uss(rt)
+        report.add("router USS after personas() (descriptions cached)", f"{uss1:.1f} MiB")
+        t0 = time.perf_counter()
+        ray.get(rt.router.resolve.remote("p-04242" if n > 4242 else "p-00000"))
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ray.get(rt.router.resolve.remote("p-00000" if n > 4242 else f"p-{n - 1:05d}"))
+        second = time.perf_counter() - t0
+        report.add("first resolve (activates one persona process)", f"{first:.2f} s")
+        report.add("  a second persona's resolve", f"{second:.2f} s")
+        report.add(
+            "persona processes after the two resolves",
+            f"{len(named_persona_actors(rt))} / {len(our_ray_processes('PersonaActor'))}",
+        )
+    finally:
+        rt.shutdown()
+
+
+@contextmanager
+def fake_server(latency: float) -> Iterator[ServerProcess]:
+    with console.status("starting the fake model server"):
+        srv = ServerProcess(latency)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--asks", type=int, default=500, help="sequential asks per path")
+    parser.add_argument("--messages", type=int, default=3000, help="throughput messages per path")
+    parser.add_argument("--window", type=int, default=64, help="asks in flight for throughput")
+    parser.add_argument("--rounds", type=int, default=2, help="throughput runs per path")
+    parser.add_argument("--tp-personas", type=int, default=4, help="scripted personas")
+    parser.add_argument("--personas", type=int, default=100, help="warm OpenAI personas")
+    parser.add_argument("--turns", type=int, default=1000, help="concurrent turns")
+    parser.add_argument("--latency", type=float, default=1.0, help="model latency (s)")
+    parser.add_argument("--registered", type=int, default=10_000, help="personas in 4b")
+    args = parser.parse_args()
+
+    # Persona actors inherit this (Ray's workers get the driver's environment).
+    os.environ[KEY_ENV] = "sk-bench-dummy"
+    # Always a fresh local Ray: the numbers (and the process scan) assume it.
+    os.environ.pop("RAY_ADDRESS", None)
+    report = Report()
+    started = time.perf_counter()
+    try:
+        with fake_server(args.latency) as srv, tempfile.TemporaryDirectory() as tmp:
+            main_home, big_home = Path(tmp) / "main", Path(tmp) / "registered"
+            write_main_home(main_home, args, srv.base_url)
+            run_main_home(args, report, main_home, srv)
+            run_registered_home(args, report, big_home)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        title = f"coterie personas benchmark ({time.perf_counter() - started:.0f} s)"
+        console.print(report.table(title))
+
+
+if __name__ == "__main__":
+    main()
