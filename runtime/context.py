@@ -51,6 +51,47 @@ class Messenger(Protocol):
         ...
 
 
+class MemoryService(Protocol):
+    """Long-term memory of *one* persona (the runtime binds the persona).
+
+    Rows cross actor boundaries as plain dicts. Input problems raise
+    :class:`~runtime.errors.ToolError` (the model reads them).
+    """
+
+    async def write(self, *, category: str, content: str, importance: int) -> dict[str, Any]: ...
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        content: str,
+        category: str | None = None,
+        importance: int | None = None,
+    ) -> dict[str, Any]: ...
+
+    async def delete(self, memory_id: str) -> None: ...
+
+    async def recall(
+        self,
+        *,
+        query: str = "",
+        source: str = "all",
+        category: str | None = None,
+        limit: int = 8,
+        date: str | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+    async def ingest(self, *, source: str, text: str) -> dict[str, Any]: ...
+
+    async def write_user_model(
+        self, *, dimension: str, content: str, confidence: int
+    ) -> dict[str, Any]: ...
+
+    async def user_model(self) -> list[dict[str, Any]]:
+        """Every dimension of the persona's user model (cached by clients)."""
+        ...
+
+
 class NullAudit:
     """An audit sink that keeps events in a list (tests, in-process runs)."""
 
@@ -95,7 +136,8 @@ class Services:
 
     audit: AuditSink = field(default_factory=NullAudit)
     messenger: Messenger | None = None
-    # Filled in by later capabilities (memory, processes, scheduler).
+    memory: MemoryService | None = None
+    # Filled in by later capabilities (processes, scheduler).
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,6 +188,7 @@ __all__ = [
     "AuditSink",
     "Conversation",
     "EndTask",
+    "MemoryService",
     "Messenger",
     "NullAudit",
     "Services",

@@ -29,6 +29,7 @@ from runtime.config import Persona
 from runtime.context import (
     AuditSink,
     Conversation,
+    MemoryService,
     Messenger,
     NullAudit,
     Services,
@@ -102,6 +103,7 @@ class PersonaRuntime:
         registry: ToolRegistry,
         audit: AuditSink | None = None,
         messenger: Messenger | None = None,
+        memory: MemoryService | None = None,
         roster: Sequence[tuple[str, str]] = (),
         history_loader: HistoryLoader | None = None,
         spill_dir: Path | None = None,
@@ -112,6 +114,7 @@ class PersonaRuntime:
         self.registry = registry
         self.audit: AuditSink = audit or NullAudit()
         self.messenger = messenger
+        self.memory = memory
         self.roster = list(roster)
         self.history_loader = history_loader
         self.spill_dir = spill_dir or persona.path / ".spill"
@@ -281,7 +284,7 @@ class PersonaRuntime:
             context=envelopes[0].context,
             tool_filter=self.persona.config.tools,
             thinking_mode=self.persona.config.thinking,
-            services=Services(audit=self.audit, messenger=self.messenger),
+            services=Services(audit=self.audit, messenger=self.messenger, memory=self.memory),
             roster=self.roster,
             ask_path=ask_path,
             interrupted=lambda: slot.interrupt,
@@ -310,7 +313,8 @@ class PersonaRuntime:
                     message=message,
                 )
             )
-        system = build_system_prompt(self.persona, roster=self.roster)
+        user_model = await self.memory.user_model() if self.memory is not None else []
+        system = build_system_prompt(self.persona, roster=self.roster, user_model=user_model)
         try:
             result = await self.loop.run(ctx, system=system)
         except Exception as exc:

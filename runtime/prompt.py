@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
+from typing import Any
 
 from runtime.config import Persona
 
@@ -12,15 +13,22 @@ def build_system_prompt(
     persona: Persona,
     *,
     roster: Sequence[tuple[str, str]] = (),
+    user_model: Sequence[Mapping[str, Any]] = (),
     tz: tzinfo | None = None,
     today: datetime | None = None,
 ) -> str:
-    """SOUL, today's date, and the other personas (name and description)."""
+    """SOUL, today's date, the user model, and the other personas."""
     today = today or datetime.now(tz)
     parts = [persona.soul.strip() or f"You are {persona.name}, a helpful assistant."]
     parts.append(
         f"## Context\nYou are the persona `{persona.name}`. Today is {today:%A, %Y-%m-%d}."
     )
+    if user_model:
+        lines = "\n".join(
+            f"- {row['dimension']} (confidence {row['confidence']}/10): {row['content']}"
+            for row in user_model
+        )
+        parts.append(f"## What you know about the user\n{lines}")
     others = [(n, d) for n, d in roster if n != persona.name]
     if others:
         lines = "\n".join(f"- {n}: {d}" if d else f"- {n}" for n, d in others)
