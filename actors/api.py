@@ -22,7 +22,8 @@ import ray
 
 from actors.audit import get_or_create_audit_log
 from actors.directory import PersonaDirectory, unwrap
-from actors.naming import NAMESPACE, audit_name, router_name, runtime_id
+from actors.memory import get_or_create_memory_store
+from actors.naming import NAMESPACE, audit_name, memory_name, router_name, runtime_id
 from actors.router import RouterActorRemote
 from runtime.audit import QueryResult
 from runtime.config import RuntimeSettings, load_settings, resolve_home
@@ -68,6 +69,14 @@ class Runtime:
             namespace=namespace,
             detached=detached,
         )
+        memory_uri = self.settings.memory.uri or str(home / "memory")
+        self.memory: Any = get_or_create_memory_store(
+            memory_uri,
+            self.settings.memory,
+            name=memory_name(self.id),
+            namespace=namespace,
+            detached=detached,
+        )
         # Ray's handle typing does not follow .remote on async methods.
         self.router: Any
         self.router = RouterActorRemote.options(  # type: ignore[attr-defined]
@@ -81,6 +90,7 @@ class Runtime:
             namespace=namespace,
             audit_actor=audit_name(self.id),
             router_actor=router_name(self.id),
+            memory_actor=memory_name(self.id),
             detached=detached,
             settings=self.settings,
         )
@@ -236,6 +246,7 @@ class Runtime:
             if stop:
                 ray.get(self.audit.shutdown.remote())
                 ray.kill(self.audit)
+                ray.kill(self.memory)
                 ray.kill(self.router)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -26,3 +26,7 @@ def audit_name(rid: str) -> str:
 
 def persona_actor_name(rid: str, persona: str) -> str:
     return f"coterie:{rid}:persona:{persona}"
+
+
+def memory_name(rid: str) -> str:
+    return f"coterie:{rid}:memory"

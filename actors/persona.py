@@ -13,6 +13,7 @@ import ray
 
 from actors.audit_client import audit_buffer_for
 from actors.directory import PersonaDirectory
+from actors.memory_client import MemoryClient
 from runtime.config import RuntimeSettings, load_persona
 from runtime.errors import ModelError, PersonaPassivatedError
 from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse
@@ -52,6 +53,7 @@ class PersonaActor:
         *,
         audit_actor: str,
         router_actor: str,
+        memory_actor: str,
         namespace: str,
         roster: list[tuple[str, str]],
         settings: RuntimeSettings,
@@ -73,12 +75,14 @@ class PersonaActor:
             self._audit_handle, spool_path=Path(home) / "spool" / f"{name}.audit.jsonl"
         )
         self.directory = PersonaDirectory(router_actor, namespace)
+        memory = MemoryClient(ray.get_actor(memory_actor, namespace=namespace), name)
         self.runtime = PersonaRuntime(
             persona,
             model=model,
             registry=builtin_registry(),
             audit=self.buffer,
             messenger=self.directory,
+            memory=memory,
             roster=roster,
             history_loader=self._load_history,
             max_queue=settings.max_queue,

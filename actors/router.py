@@ -41,6 +41,7 @@ class RouterActor:
         namespace: str,
         audit_actor: str,
         router_actor: str,
+        memory_actor: str,
         detached: bool,
         settings: RuntimeSettings,
     ) -> None:
@@ -49,6 +50,7 @@ class RouterActor:
         self.namespace = namespace
         self.audit_actor = audit_actor
         self.router_actor = router_actor
+        self.memory_actor = memory_actor
         self.detached = detached
         self.settings = settings
         self._actors: dict[str, Any] = {}
@@ -125,6 +127,7 @@ class RouterActor:
                 str(self.home),
                 audit_actor=self.audit_actor,
                 router_actor=self.router_actor,
+                memory_actor=self.memory_actor,
                 namespace=self.namespace,
                 roster=self.roster(),
                 settings=self.settings,

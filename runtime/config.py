@@ -144,6 +144,26 @@ class Persona(BaseModel):
         return self.path / "workspace"
 
 
+class MemorySettings(_Strict):
+    """Where long-term memory lives and how it is embedded."""
+
+    uri: str | None = Field(
+        default=None,
+        description="LanceDB directory or object-store URI (default <home>/memory)",
+    )
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    # minilm: all-MiniLM-L6-v2, offline; openai: the embeddings API;
+    # hashing: a tiny deterministic embedder meant for tests only.
+    embedder: Literal["minilm", "openai", "hashing"] = "minilm"
+    openai_model: str = "text-embedding-3-small"
+    openai_base_url: str | None = None
+    openai_api_key_env: str = "OPENAI_API_KEY"
+    openai_dim: int = Field(default=1536, ge=8)
+    optimize_interval: float = Field(
+        default=60.0, gt=0, description="seconds between background index maintenance runs"
+    )
+
+
 class RuntimeSettings(_Strict):
     """Runtime-wide settings: ``<home>/runtime.yaml`` (all optional)."""
 
@@ -155,6 +175,7 @@ class RuntimeSettings(_Strict):
     max_queue: int = Field(
         default=256, ge=1, description="persona-sourced messages waiting per conversation"
     )
+    memory: MemorySettings = Field(default_factory=lambda: MemorySettings())
 
 
 def load_settings(home: Path) -> RuntimeSettings:
@@ -254,6 +275,7 @@ __all__ = [
     "OpenAIModelConfig",
     "Persona",
     "PersonaConfig",
+    "MemorySettings",
     "RuntimeSettings",
     "ScriptedModelConfig",
     "ScriptedRule",
