@@ -271,11 +271,11 @@ def install_bundled_personas(home: Path, *, overwrite: bool = False) -> list[str
 __all__ = [
     "BUNDLED_PERSONAS",
     "AnthropicModelConfig",
+    "MemorySettings",
     "ModelConfig",
     "OpenAIModelConfig",
     "Persona",
     "PersonaConfig",
-    "MemorySettings",
     "RuntimeSettings",
     "ScriptedModelConfig",
     "ScriptedRule",
