@@ -64,6 +64,11 @@ class AuditLogActor:
         self._batches_written = 0
         self._write_errors = 0
         self._last_error: str | None = None
+        # Conversations that have chat messages (in the file or on their way):
+        # a persona opening a brand-new conversation gets [] at once, without
+        # a flush and a scan of the table.
+        self._conversations: set[tuple[str, str]] = set()
+        self._conversations_loaded = False
 
     def _ensure_timer(self) -> None:
         # Started lazily: Ray runs __init__ outside the actor's event loop.
@@ -106,6 +111,11 @@ class AuditLogActor:
             )
         self._ensure_timer()
         (self._replayed if replayed else self._pending).extend(rows)
+        self._conversations.update(
+            (row["persona"], row["conversation_id"])
+            for row in rows
+            if row.get("kind") == "chat_message"
+        )
         if self._unwritten >= self._flush_rows and self._healthy:
             await self.flush()
         return len(rows)
@@ -167,6 +177,18 @@ class AuditLogActor:
 
     async def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
         """The conversation's messages rebuilt from the log, oldest first."""
+        if not self._conversations_loaded:
+            known = await asyncio.shield(
+                self._locked(
+                    self._writer.query,
+                    "select distinct persona, conversation_id from events "
+                    "where kind = 'chat_message'",
+                )
+            )
+            self._conversations.update((str(p), str(c)) for p, c in known.rows)
+            self._conversations_loaded = True
+        if (persona, conversation_id) not in self._conversations:
+            return []
         await self.flush()
         return await asyncio.shield(self._locked(self._writer.history, persona, conversation_id))
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 
+from actors._retry import idempotent_call
 from runtime.errors import CoterieError, ToolError
 
 
@@ -88,9 +89,11 @@ class MemoryClient:
         return row
 
     async def user_model(self) -> list[dict[str, Any]]:
-        if self._user_model is None:
-            self._user_model = await self._call("user_model")
-        return list(self._user_model)
+        rows = self._user_model
+        if rows is None:
+            rows = await idempotent_call(lambda: self._call("user_model"))
+            self._user_model = rows
+        return list(rows)
 
 
 __all__ = ["MemoryClient"]

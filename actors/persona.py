@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from actors._retry import idempotent_call
 from actors.audit_client import audit_buffer_for
 from actors.directory import PersonaDirectory
 from actors.memory_client import MemoryClient
@@ -93,8 +94,8 @@ class PersonaActor:
     async def _load_history(self, conversation_id: str) -> list[Any]:
         # Rebuilds a conversation after the actor was restarted or passivated.
         await self.buffer.flush()
-        history: list[Any] = await self._audit_handle.history.remote(
-            self.runtime.name, conversation_id
+        history: list[Any] = await idempotent_call(
+            lambda: self._audit_handle.history.remote(self.runtime.name, conversation_id)
         )
         return history
 

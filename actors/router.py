@@ -201,10 +201,10 @@ class RouterActor:
     async def personas(self) -> list[dict[str, Any]]:
         """Every persona: name, description, whether its actor is active."""
         self.refresh()
-        return [
-            {"name": n, "description": d, "active": n in self._actors}
-            for n, d in self.roster(limit=None)
-        ]
+        # Reading thousands of persona files takes seconds: not on the loop,
+        # which must keep resolving and passivating meanwhile.
+        roster = await asyncio.to_thread(self.roster, None)
+        return [{"name": n, "description": d, "active": n in self._actors} for n, d in roster]
 
     async def flush_all(self) -> int:
         """Flush every active persona's audit buffer; returns how many."""

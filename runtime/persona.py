@@ -271,9 +271,11 @@ class PersonaRuntime:
     ) -> tuple[TurnResult, str]:
         conversation = slot.conversation
         if not slot.loaded:
-            slot.loaded = True
+            # Marked loaded only once the load worked: a failed load fails this
+            # turn, and the next one tries again instead of forgetting the past.
             if self.history_loader is not None and not conversation.history:
                 conversation.history = await self.history_loader(conversation.id)
+            slot.loaded = True
         turn_id = new_id("turn_")
         envelopes = [p.envelope for p in batch]
         ask_path = list(dict.fromkeys(name for e in envelopes for name in e.ask_path))
