@@ -89,11 +89,11 @@ class MemoryClient:
         return row
 
     async def user_model(self) -> list[dict[str, Any]]:
-        rows = self._user_model
-        if rows is None:
-            rows = await idempotent_call(lambda: self._call("user_model"))
-            self._user_model = rows
-        return list(rows)
+        if self._user_model is None:
+            loaded: list[dict[str, Any]] = await idempotent_call(lambda: self._call("user_model"))
+            self._user_model = loaded
+            return list(loaded)
+        return list(self._user_model)
 
 
 __all__ = ["MemoryClient"]
