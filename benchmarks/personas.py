@@ -20,10 +20,22 @@ Measured in one run on a local Ray (``num_cpus=2``) and printed as one table:
     python benchmarks/personas.py [--asks 500] [--messages 3000]
                                   [--personas 100] [--turns 1000] [--registered 10000]
 
-Process memory comes from psutil. The router has no pid-reporting method, so
-its process is found by its Ray proctitle (``ray::RouterActor``) among the
-descendants of this driver only (the raylet and its workers are our children),
-which keeps other Ray sessions on a shared machine out of the count.
+To say where the time goes, section 3 also reports a floor (a bare
+PersonaRuntime's CPU per turn in this process, before Ray starts), when the
+model requests reached the server, and, for each timed interval, the CPU
+seconds spent by each process (driver, personas, router, audit, model server,
+the rest of Ray) and by the rest of the machine ("other load": this box is
+shared).
+
+Process memory and CPU come from psutil. Persona pids come from
+``PersonaActor.stats()``. The router and the audit actor have no pid-reporting
+method, so their processes are found by Ray proctitle (``ray::RouterActor``,
+``ray::AuditLogActor``) among the descendants of this driver only (the raylet
+and its workers are our children), which keeps other Ray sessions on a shared
+machine out of the count.
+
+The sections can be scaled down, e.g. ``--personas 20 --turns 200
+--registered 1000``: starting 100 persona processes takes minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import math
 import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -154,11 +167,14 @@ class ServerProcess:
         self._proc = ctx.Process(target=_serve, args=(child, latency), daemon=True)
         self._proc.start()
         child.close()
-        if not self._conn.poll(60):
+        try:
+            if not self._conn.poll(60):
+                raise RuntimeError("the fake model server did not start within 60 s")
+            self.base_url: str = self._conn.recv()
+        except BaseException:
             self.stop()
-            raise RuntimeError("the fake model server did not start")
-        self.base_url: str = self._conn.recv()
-        self.pid: int | None = self._proc.pid
+            raise
+        self.pid: int = self._proc.pid or 0
 
     def stats(self) -> tuple[list[float], list[float], int]:
         """(arrival times, departure times, max in flight) since the last call."""
@@ -201,13 +217,27 @@ def uss_mib(pid: int) -> float:
     return float(psutil.Process(pid).memory_full_info().uss / MiB)
 
 
-def router_uss(rt: Runtime) -> tuple[float, int]:
-    """(USS MiB, pid) of the router; asserts there is exactly one."""
-    ray.get(rt.router.ping.remote())
-    procs = our_ray_processes("RouterActor")
+def actor_pid(title: str, wait: float = 10.0) -> int:
+    """The pid of this session's only ``ray::<title>`` process.
+
+    Ray sets the proctitle once the actor is up; give it a moment.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        procs = our_ray_processes(title)
+        if len(procs) == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     if len(procs) != 1:
-        raise RuntimeError(f"expected one ray::RouterActor process, found {len(procs)}")
-    return uss_mib(procs[0].pid), procs[0].pid
+        raise RuntimeError(f"expected one ray::{title} process, found {len(procs)}")
+    return procs[0].pid
+
+
+def router_uss(rt: Runtime) -> tuple[float, int]:
+    """(USS MiB, pid) of the router."""
+    ray.get(rt.router.ping.remote())
+    pid = actor_pid("RouterActor")
+    return uss_mib(pid), pid
 
 
 def named_persona_actors(rt: Runtime) -> list[str]:
@@ -219,59 +249,77 @@ def named_persona_actors(rt: Runtime) -> list[str]:
     ]
 
 
-ROLES = {
-    "ray::PersonaActor": "personas",
-    "ray::RouterActor": "router",
-    "ray::AuditLogActor": "audit",
-}
-
-
 class CpuMeter:
     """CPU seconds spent by this session's processes, by role, over an interval.
 
-    Roles: the driver (with the runtime's background thread), the persona,
-    router and audit actors (by proctitle), the model server, the rest of Ray
-    (raylet, GCS, agents, idle workers), and everything else on the machine.
+    ``roles`` maps a role (personas, router, audit, model server) to its pids;
+    the driver (with the runtime's background thread) is this process; every
+    other descendant (raylet, GCS, agents, idle workers) is "ray system", and
+    the rest of the machine's busy time is "other load".
     """
 
-    def __init__(self, server_pid: int | None) -> None:
-        self.server_pid = server_pid
+    # Other users' CPU over every measured interval, for the summary.
+    other_total = 0.0
+    wall_total = 0.0
+
+    def __init__(self, roles: dict[str, set[int]]) -> None:
+        self.roles = roles
         self._start: dict[str, float] = {}
+        self._t0 = 0.0
 
     def _sample(self) -> dict[str, float]:
-        used: dict[str, float] = dict.fromkeys(
-            ["personas", "model server", "driver", "router", "audit", "ray system"], 0.0
-        )
+        used = dict.fromkeys([*self.roles, "driver", "ray system"], 0.0)
         me = psutil.Process()
         for proc in [me, *me.children(recursive=True)]:
+            role = next((r for r, pids in self.roles.items() if proc.pid in pids), "ray system")
+            if proc.pid == me.pid:
+                role = "driver"
             try:
-                if proc.pid == me.pid:
-                    role = "driver"
-                elif proc.pid == self.server_pid:
-                    role = "model server"
-                else:
-                    cmdline = proc.cmdline()
-                    title = cmdline[0] if cmdline else ""
-                    role = next(
-                        (r for prefix, r in ROLES.items() if title.startswith(prefix)), "ray system"
-                    )
+                if role == "ray system":
+                    role = _other_actor(proc) or role
                 times = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            used[role] += times.user + times.system
+            used[role] = used.get(role, 0.0) + times.user + times.system
         machine = psutil.cpu_times()
-        used["machine"] = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+        # Busy time of the whole machine; steal (a hypervisor running someone
+        # else on our cores) is kept apart: it is capacity we never had.
+        used["machine"] = sum(
+            getattr(machine, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq")
+        )
+        used["stolen"] = getattr(machine, "steal", 0.0)
         return used
 
     def start(self) -> None:
         self._start = self._sample()
+        self._t0 = time.perf_counter()
 
     def stop(self) -> dict[str, float]:
         end = self._sample()
         spent = {k: max(0.0, end[k] - self._start.get(k, 0.0)) for k in end}
-        ours = sum(v for k, v in spent.items() if k != "machine")
-        spent["other load"] = max(0.0, spent.pop("machine") - ours)
+        machine, stolen = spent.pop("machine"), spent.pop("stolen")
+        spent["other load"] = max(0.0, machine - sum(spent.values()))
+        spent["stolen (hypervisor)"] = stolen
+        CpuMeter.other_total += spent["other load"]
+        CpuMeter.wall_total += time.perf_counter() - self._t0
         return spent
+
+
+_RAY_INTERNAL = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def _other_actor(proc: psutil.Process) -> str | None:
+    """Another actor of the runtime (not given a role), named by its class."""
+    cmdline = proc.cmdline()
+    title = cmdline[0] if cmdline else ""
+    if not title.startswith("ray::") or title.startswith(_RAY_INTERNAL):
+        return None
+    return title[len("ray::") :].split(".")[0].split(" ")[0]
+
+
+def persona_pids(rt: Runtime, names: list[str]) -> set[int]:
+    stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
+    return {int(s["pid"]) for s in stats}
 
 
 def cpu_text(spent: dict[str, float], wall: float, per: float = 1.0, unit: str = "s") -> str:
@@ -438,13 +486,15 @@ async def ask_all(
     return submitted, time.perf_counter() - t0, list(replies)
 
 
-def burst(rt: Runtime, server: ServerProcess, names: list[str], turns: int) -> dict[str, Any]:
+def burst(
+    rt: Runtime, server: ServerProcess, names: list[str], turns: int, roles: dict[str, set[int]]
+) -> dict[str, Any]:
     """``turns`` concurrent asks, ``turns / len(names)`` conversations per persona."""
     per_persona = math.ceil(turns / len(names))
     asks = [(p, f"{p}:burst-{k}") for k in range(per_persona) for p in names][:turns]
     server.stats()  # reset the server's records
     gc.collect()
-    meter = CpuMeter(server.pid)
+    meter = CpuMeter(roles)
     meter.start()
     wall_t0 = time.time()
     submitted, wall, replies = asyncio.run(ask_all(rt, asks))
@@ -466,7 +516,9 @@ def burst(rt: Runtime, server: ServerProcess, names: list[str], turns: int) -> d
     }
 
 
-def report_burst(report: Report, res: dict[str, Any], label: str, target: float | None) -> None:
+def report_burst(
+    report: Report, notes: list[str], res: dict[str, Any], label: str, target: float | None
+) -> None:
     value = f"{res['wall']:.2f} s"
     if target is None:
         report.add(label, value)
@@ -489,7 +541,7 @@ def report_burst(report: Report, res: dict[str, Any], label: str, target: float 
     )
     report.add("  CPU s during the burst, by process", cpu_text(res["cpu"], res["wall"]))
     if res["bad"]:
-        console.print(f"[red]{label}: e.g. {res['bad'][0].error}[/]")
+        notes.append(f"{label}: {len(res['bad'])} failed, e.g. {res['bad'][0].error}")
 
 
 async def in_process_cpu(home: Path, persona: str, turns: int, concurrency: int) -> float:
@@ -530,7 +582,33 @@ async def in_process_cpu(home: Path, persona: str, turns: int, concurrency: int)
 # -- the run --------------------------------------------------------------------
 
 
-def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: ServerProcess) -> None:
+def warm_up(
+    rt: Runtime, names: list[str], attempts: int = 3
+) -> tuple[float, list[tuple[str, str]]]:
+    """Activate every persona with one ask each, all at once; retry the failures.
+
+    Returns the seconds it took and the (persona, error) of first-try failures.
+    """
+    t0 = time.perf_counter()
+    pending, failed_first = list(names), []
+    for attempt in range(attempts):
+        _, _, replies = asyncio.run(ask_all(rt, [(p, f"{p}:warm") for p in pending]))
+        bad = [
+            (p, r.error or r.status)
+            for p, r in zip(pending, replies, strict=True)
+            if r.status != "ok"
+        ]
+        if attempt == 0:
+            failed_first = bad
+        pending = [p for p, _ in bad]
+        if not pending:
+            return time.perf_counter() - t0, failed_first
+    raise RuntimeError(f"warm-up failed for {len(pending)} personas, e.g. {bad[0][1]}")
+
+
+def run_main_home(
+    args: argparse.Namespace, report: Report, notes: list[str], home: Path, srv: ServerProcess
+) -> None:
     # The floor, before Ray starts: one persona's turn loop in this process.
     with console.status("in-process floor"):
         floor = {
@@ -540,6 +618,12 @@ def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: Ser
     with console.status("starting Ray"):
         rt = Runtime.start(home=home, num_cpus=2)
     try:
+        ray.get([rt.router.ping.remote(), rt.audit.stats.remote()])
+        roles = {
+            "router": {actor_pid("RouterActor")},
+            "audit": {actor_pid("AuditLogActor")},
+            "model server": {srv.pid},
+        }
         # 1. sequential
         bench = scripted_names(args.tp_personas)
         with console.status(f"sequential asks: {args.asks} per path"):
@@ -547,7 +631,7 @@ def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: Ser
         d50 = statistics.median(seq["direct"])
         labels = {
             "router": "(a) router.deliver (driver -> router -> persona)",
-            "runtime": "(b) Runtime.ask (resolved once, then direct)",
+            "runtime": "(b) Runtime.ask / ask_async (resolved once, then direct)",
             "direct": "(c) direct handle.handle.remote",
         }
         report.section(f"1. ask round trip, scripted instant persona, {args.asks} sequential")
@@ -562,7 +646,7 @@ def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: Ser
         best_cpu: dict[str, tuple[float, dict[str, float]]] = {}
         total = 0
         order = ["router", "runtime", "direct"]
-        meter = CpuMeter(srv.pid)
+        meter = CpuMeter({**roles, "personas": persona_pids(rt, bench)})
         with console.status(f"throughput: {args.messages} messages, {args.window} in flight"):
             for _ in range(args.rounds):
                 for path in order:
@@ -602,11 +686,16 @@ def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: Ser
             f"model latency {args.latency:g} s"
         )
         with console.status(f"warming up {len(names)} personas"):
-            _, warm_s, replies = asyncio.run(ask_all(rt, [(p, f"{p}:warm") for p in names]))
-        warm_bad = [r for r in replies if r.status != "ok"]
-        if warm_bad:
-            raise RuntimeError(f"warm-up failed for {len(warm_bad)}: {warm_bad[0].error}")
+            warm_s, warm_failed = warm_up(rt, names)
         report.add(f"warm-up: {len(names)} personas activated + one turn each", f"{warm_s:.1f} s")
+        report.check(
+            "  warm-up asks that failed (then retried, ok)",
+            str(len(warm_failed)),
+            "0",
+            not warm_failed,
+        )
+        for persona, error in warm_failed[:3]:
+            notes.append(f"warm-up ask to {persona} failed: {error}")
         report.add(
             "in-process floor, CPU per turn (PersonaRuntime, no Ray): scripted / openai SDK",
             f"{floor['scripted']:.2f} / {floor['openai']:.2f} ms",
@@ -615,11 +704,34 @@ def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: Ser
             f"  so {args.turns} openai turns need, in persona code alone",
             f"{args.turns * floor['openai'] / 1000:.2f} core-s",
         )
+        roles["personas"] = persona_pids(rt, names)
+        roles["scripted personas"] = persona_pids(rt, bench)
+        time.sleep(1.0)  # let the warm-up's audit flushes settle
+        meter = CpuMeter(roles)
+        meter.start()
+        time.sleep(5.0)
+        idle = meter.stop()["personas"] / 5.0
+        report.add(
+            f"  idle CPU of the {len(names)} warm persona processes (no messages)",
+            f"{idle:.2f} cores = {idle * 1000 / len(names):.1f} core-ms/s each",
+        )
+        # A new conversation's first turn asks the audit actor for its history.
+        events = rt.query("select count(*) from events").rows[0][0]
+        probe = []
+        for i in range(20):
+            t0 = time.perf_counter()
+            ray.get(rt.audit.history.remote(names[0], f"{names[0]}:probe-{i}"))
+            probe.append((time.perf_counter() - t0) * 1000)
+        report.add(
+            f"  audit.history() of an unseen conversation, {events:,} events in the log",
+            f"{statistics.median(probe):.1f} ms p50 (one at a time, under a lock)",
+        )
         target = args.latency + 0.5
         with console.status(f"{args.turns} concurrent turns"):
-            first = burst(rt, srv, names, args.turns)
+            first = burst(rt, srv, names, args.turns, roles)
         report_burst(
             report,
+            notes,
             first,
             f"wall time, submit -> last reply ({args.turns} asks, new conversations)",
             target,
@@ -628,8 +740,8 @@ def run_main_home(args: argparse.Namespace, report: Report, home: Path, srv: Ser
         # the audit store only on a conversation's first turn in this actor,
         # and each persona's HTTP connections are already open.
         with console.status(f"{args.turns} concurrent turns, again"):
-            second = burst(rt, srv, names, args.turns)
-        report_burst(report, second, "same conversations again (second turn each)", None)
+            second = burst(rt, srv, names, args.turns, roles)
+        report_burst(report, notes, second, "same conversations again (second turn each)", None)
 
         # 4a. memory of the active personas
         stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
@@ -721,12 +833,32 @@ def fake_server(latency: float) -> Iterator[ServerProcess]:
         srv.stop()
 
 
+def revision() -> str:
+    """The checkout's commit, "+dirty" when files differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown revision"
+    return f"{head or 'unknown'}{'+dirty' if dirty else ''}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--asks", type=int, default=500, help="sequential asks per path")
     parser.add_argument("--messages", type=int, default=3000, help="throughput messages per path")
     parser.add_argument("--window", type=int, default=64, help="asks in flight for throughput")
-    parser.add_argument("--rounds", type=int, default=2, help="throughput runs per path")
+    parser.add_argument("--rounds", type=int, default=3, help="throughput runs per path")
     parser.add_argument("--tp-personas", type=int, default=4, help="scripted personas")
     parser.add_argument("--personas", type=int, default=100, help="warm OpenAI personas")
     parser.add_argument("--turns", type=int, default=1000, help="concurrent turns")
@@ -739,18 +871,33 @@ def main() -> None:
     # Always a fresh local Ray: the numbers (and the process scan) assume it.
     os.environ.pop("RAY_ADDRESS", None)
     report = Report()
+    notes: list[str] = []
     started = time.perf_counter()
     try:
         with fake_server(args.latency) as srv, tempfile.TemporaryDirectory() as tmp:
             main_home, big_home = Path(tmp) / "main", Path(tmp) / "registered"
             write_main_home(main_home, args, srv.base_url)
-            run_main_home(args, report, main_home, srv)
+            run_main_home(args, report, notes, main_home, srv)
             run_registered_home(args, report, big_home)
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        title = f"coterie personas benchmark ({time.perf_counter() - started:.0f} s)"
+        title = (
+            f"coterie personas benchmark ({revision()}, {os.cpu_count()} cores, "
+            f"{time.perf_counter() - started:.0f} s)"
+        )
+        if CpuMeter.wall_total:
+            cores = os.cpu_count() or 2
+            share = CpuMeter.other_total / (cores * CpuMeter.wall_total)
+            report.section("machine")
+            report.add(
+                "other users' CPU during the measured intervals",
+                f"{CpuMeter.other_total:.1f} core-s in {CpuMeter.wall_total:.0f} s "
+                f"({share:.0%} of {cores} cores)",
+            )
         console.print(report.table(title))
+        for note in notes:
+            console.print(f"note: {note}", markup=False, highlight=False)
 
 
 if __name__ == "__main__":
