@@ -504,6 +504,11 @@ class AuditBuffer:
                 await self.flush()
             except Exception:
                 log.exception("audit buffer flush crashed")
+            if self._healthy and not self._rows:
+                # Nothing left: stop waking up (a hundred idle personas would
+                # otherwise tick for nothing); the next record() restarts us.
+                self._timer = None
+                return
             delay = self._interval if self._healthy else min(delay * 2, _MAX_BACKOFF)
 
     async def flush(self) -> None:
