@@ -109,11 +109,17 @@ class ToolFilter(_Strict):
 ThinkingMode = Literal["on", "off", "auto"]
 
 
+AccessLevel = Literal["full", "workspace", "readonly"]
+
+
 class PersonaConfig(_Strict):
     """The contents of ``persona.yaml``."""
 
     model: ModelConfig
     description: str = ""
+    # full: files anywhere in the allowed roots and shell; workspace: writes
+    # only inside the workspace; readonly: no writes, no shell writes.
+    access: AccessLevel = "workspace"
     tools: ToolFilter = Field(default_factory=ToolFilter)
     thinking: ThinkingMode = "auto"
     max_steps: int = Field(default=12, ge=1, le=200)
@@ -270,6 +276,7 @@ def install_bundled_personas(home: Path, *, overwrite: bool = False) -> list[str
 
 __all__ = [
     "BUNDLED_PERSONAS",
+    "AccessLevel",
     "AnthropicModelConfig",
     "MemorySettings",
     "ModelConfig",

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from runtime.config import ThinkingMode, ToolFilter
+from runtime.config import AccessLevel, ThinkingMode, ToolFilter
 from runtime.messages import (
     ChatMessage,
     MessageEnvelope,
@@ -137,7 +137,9 @@ class Services:
     audit: AuditSink = field(default_factory=NullAudit)
     messenger: Messenger | None = None
     memory: MemoryService | None = None
-    # Filled in by later capabilities (processes, scheduler).
+    # Background shell processes (see runtime.processes when present).
+    processes: Any = None
+    # Filled in by later capabilities (scheduler…).
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -164,6 +166,10 @@ class TurnContext:
     interrupted: Callable[[], bool] = field(default=lambda: False)
     spill_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "coterie-spill")
     workspace: Path | None = None
+    # The persona's directory (<home>/personas/<name>) and the runtime home.
+    persona_dir: Path | None = None
+    home: Path | None = None
+    access: AccessLevel = "workspace"
 
     @property
     def conversation_id(self) -> str:

@@ -292,6 +292,9 @@ class PersonaRuntime:
             interrupted=lambda: slot.interrupt,
             spill_dir=self.spill_dir,
             workspace=self.persona.workspace,
+            persona_dir=self.persona.path,
+            home=self.persona.path.parent.parent,
+            access=self.persona.config.access,
         )
         started = time.perf_counter()
         self.audit.record(
