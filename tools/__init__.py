@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runtime.tool import ToolRegistry
 from tools.control import CONTROL_TOOLS
+from tools.files import FILE_TOOLS
 from tools.memory import MEMORY_TOOLS
 from tools.personas import PERSONA_TOOLS
 from tools.web import WEB_TOOLS
@@ -11,7 +12,7 @@ from tools.web import WEB_TOOLS
 
 def builtin_registry() -> ToolRegistry:
     """A registry holding every built-in tool."""
-    return ToolRegistry([*CONTROL_TOOLS, *PERSONA_TOOLS, *MEMORY_TOOLS, *WEB_TOOLS])
+    return ToolRegistry([*CONTROL_TOOLS, *PERSONA_TOOLS, *MEMORY_TOOLS, *FILE_TOOLS, *WEB_TOOLS])
 
 
-__all__ = ["CONTROL_TOOLS", "MEMORY_TOOLS", "PERSONA_TOOLS", "WEB_TOOLS", "builtin_registry"]
+__all__ = ["CONTROL_TOOLS", "FILE_TOOLS", "MEMORY_TOOLS", "PERSONA_TOOLS", "WEB_TOOLS", "builtin_registry"]

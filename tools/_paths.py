@@ -1,34 +1,160 @@
-"""Path rails for tools that read the persona's files.
+"""Path rails for tools that touch the persona's files.
 
-Relative paths resolve inside the persona's workspace; absolute paths must
-already be inside it. Symlinks are resolved before the check, so a link that
-points outside is refused like any other escape.
+Relative paths resolve inside the persona's workspace. Absolute paths must
+land inside an allowed root: the workspace, the persona's own directory
+(``<home>/personas/<name>``) or its temp directory
+(``<tempdir>/coterie-<name>``). Symlinks are resolved before any check, so a
+link that points outside is refused like any other escape. Other personas'
+directories and ``.env`` files (secrets) are always refused.
+
+Writes also depend on the access level: ``readonly`` writes nothing,
+``workspace`` writes only inside the workspace, ``full`` writes anywhere in
+the allowed roots.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from runtime.context import TurnContext
 from runtime.errors import ToolError
+
+MAX_PATH_CHARS = 4096
+MAX_NAME_BYTES = 255
 
 
 def workspace_path(ctx: TurnContext, raw: str) -> Path:
     """``raw`` as a real path inside ``ctx.workspace``; ToolError otherwise."""
     if ctx.workspace is None:
         raise ToolError("unavailable", "this persona has no workspace")
-    if not raw or "\x00" in raw:
-        raise ToolError("invalid_path", "the path is empty or contains a NUL byte")
+    _check_raw(raw)
     root = ctx.workspace.resolve()
     candidate = Path(raw).expanduser()
     if not candidate.is_absolute():
         candidate = root / candidate
-    resolved = candidate.resolve(strict=False)
+    resolved = _resolve(candidate, raw)
     if resolved != root and not resolved.is_relative_to(root):
         raise ToolError("path_denied", f"{raw!r} is outside the workspace ({root})")
-    if resolved.name == ".env":
+    if is_secret(resolved):
         raise ToolError("path_denied", ".env files hold secrets and cannot be read by tools")
     return resolved
 
 
-__all__ = ["workspace_path"]
+def temp_root(ctx: TurnContext) -> Path:
+    """The persona's own scratch directory under the system temp dir."""
+    return Path(tempfile.gettempdir()).resolve() / f"coterie-{ctx.persona}"
+
+
+def allowed_roots(ctx: TurnContext) -> list[Path]:
+    """Every root a path may resolve into, workspace first."""
+    roots: list[Path] = []
+    if ctx.workspace is not None:
+        roots.append(ctx.workspace.resolve())
+    if ctx.persona_dir is not None:
+        roots.append(ctx.persona_dir.resolve())
+    roots.append(temp_root(ctx))
+    return roots
+
+
+def is_secret(path: Path) -> bool:
+    """Whether ``path`` names a ``.env`` file (``.env``, ``.env.local``…)."""
+    name = path.name
+    return name == ".env" or name.startswith(".env.")
+
+
+def within(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def resolve_path(ctx: TurnContext, raw: str, *, write: bool) -> Path:
+    """``raw`` as a real path inside the rails; ToolError otherwise.
+
+    Kinds: ``invalid_path`` (empty, NUL byte, too long, unresolvable),
+    ``path_denied`` (outside the allowed roots, another persona's directory, a
+    ``.env`` file, or a write the access level forbids), ``unavailable`` (no
+    workspace). Existence is not checked here.
+    """
+    if ctx.workspace is None:
+        raise ToolError("unavailable", "this persona has no workspace")
+    _check_raw(raw)
+    if write and ctx.access == "readonly":
+        raise ToolError("path_denied", "this persona has read-only access: no file writes")
+    workspace = ctx.workspace.resolve()
+    candidate = Path(raw)
+    if raw.startswith("~"):
+        try:
+            candidate = candidate.expanduser()
+        except RuntimeError as exc:
+            raise ToolError("invalid_path", f"cannot expand {raw!r}") from exc
+    if not candidate.is_absolute():
+        candidate = workspace / candidate
+    if is_secret(candidate):
+        raise ToolError("path_denied", ".env files hold secrets and cannot be used by tools")
+    resolved = _resolve(candidate, raw)
+    if is_secret(resolved):
+        raise ToolError("path_denied", ".env files hold secrets and cannot be used by tools")
+    if ctx.home is not None:
+        personas = (ctx.home / "personas").resolve()
+        if resolved.is_relative_to(personas) and resolved != personas:
+            owner = resolved.relative_to(personas).parts[0]
+            if owner != ctx.persona:
+                raise ToolError("path_denied", f"{raw!r} belongs to another persona ({owner})")
+    roots = allowed_roots(ctx)
+    if not any(within(resolved, root) for root in roots):
+        listing = ", ".join(str(r) for r in roots)
+        raise ToolError("path_denied", f"{raw!r} is outside the allowed roots ({listing})")
+    if write and ctx.access != "full" and not within(resolved, workspace):
+        raise ToolError(
+            "path_denied",
+            f"{raw!r} is outside the workspace ({workspace}); this persona may only "
+            "write inside its workspace",
+        )
+    return resolved
+
+
+def display(ctx: TurnContext, path: Path) -> str:
+    """``path`` relative to the workspace when inside it, else absolute."""
+    if ctx.workspace is not None:
+        root = ctx.workspace.resolve()
+        if path == root:
+            return "."
+        if path.is_relative_to(root):
+            return path.relative_to(root).as_posix()
+    return str(path)
+
+
+def _check_raw(raw: str) -> None:
+    if not raw or not raw.strip():
+        raise ToolError("invalid_path", "the path is empty")
+    if "\x00" in raw:
+        raise ToolError("invalid_path", "the path contains a NUL byte")
+    if len(raw) > MAX_PATH_CHARS:
+        raise ToolError("invalid_path", f"the path is longer than {MAX_PATH_CHARS} characters")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
+        raise ToolError("invalid_path", "the path contains control characters")
+    try:
+        encoded = os.fsencode(raw)
+    except UnicodeError as exc:
+        raise ToolError("invalid_path", "the path is not valid unicode") from exc
+    if any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise ToolError("invalid_path", f"a path component is longer than {MAX_NAME_BYTES} bytes")
+
+
+def _resolve(candidate: Path, raw: str) -> Path:
+    try:
+        return candidate.resolve(strict=False)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ToolError("invalid_path", f"cannot resolve {raw!r}: {exc}") from exc
+
+
+__all__ = [
+    "allowed_roots",
+    "display",
+    "is_secret",
+    "resolve_path",
+    "temp_root",
+    "within",
+    "workspace_path",
+]
