@@ -15,4 +15,11 @@ def builtin_registry() -> ToolRegistry:
     return ToolRegistry([*CONTROL_TOOLS, *PERSONA_TOOLS, *MEMORY_TOOLS, *FILE_TOOLS, *WEB_TOOLS])
 
 
-__all__ = ["CONTROL_TOOLS", "FILE_TOOLS", "MEMORY_TOOLS", "PERSONA_TOOLS", "WEB_TOOLS", "builtin_registry"]
+__all__ = [
+    "CONTROL_TOOLS",
+    "FILE_TOOLS",
+    "MEMORY_TOOLS",
+    "PERSONA_TOOLS",
+    "WEB_TOOLS",
+    "builtin_registry",
+]
