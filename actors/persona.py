@@ -15,6 +15,7 @@ from actors._retry import idempotent_call
 from actors.audit_client import audit_buffer_for
 from actors.directory import PersonaDirectory
 from actors.memory_client import MemoryClient
+from actors.shell import ShellProcesses
 from runtime.config import RuntimeSettings, load_persona
 from runtime.errors import ModelError, PersonaPassivatedError
 from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse
@@ -88,6 +89,9 @@ class PersonaActor:
             history_loader=self._load_history,
             max_queue=settings.max_queue,
         )
+        # Shell processes: one actor per command, on this node, owned by this actor.
+        self.processes = ShellProcesses()
+        self.runtime.processes = self.processes
         self.closing = False
         self._monitor: asyncio.Task[None] | None = None
 
@@ -134,7 +138,10 @@ class PersonaActor:
         """Stop taking messages and flush, if still idle; the router then kills us."""
         if self.runtime.busy() or self.runtime.idle_for() < idle_timeout:
             return False
+        if any(p.get("running") for p in await self.processes.list()):
+            return False  # background commands still running: not idle
         self.closing = True
+        await self.processes.close()
         await self.buffer.aclose()
         await self.runtime.model.aclose()
         return True
@@ -167,6 +174,7 @@ class PersonaActor:
 
     async def shutdown(self) -> None:
         self.closing = True
+        await self.processes.close()
         await self.buffer.aclose()
         await self.runtime.model.aclose()
 

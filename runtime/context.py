@@ -22,6 +22,7 @@ from runtime.messages import (
     TurnContextKind,
     TurnEvent,
 )
+from runtime.processes import ProcessService
 
 BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
 
@@ -138,7 +139,7 @@ class Services:
     messenger: Messenger | None = None
     memory: MemoryService | None = None
     # Background shell processes (see runtime.processes when present).
-    processes: Any = None
+    processes: ProcessService | None = None
     # Filled in by later capabilities (scheduler…).
     extra: dict[str, Any] = field(default_factory=dict)
 

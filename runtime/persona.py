@@ -51,6 +51,7 @@ from runtime.messages import (
     new_id,
 )
 from runtime.models.base import Model
+from runtime.processes import ProcessService
 from runtime.prompt import build_system_prompt
 from runtime.runner import ToolRunner
 from runtime.tool import ToolRegistry
@@ -104,6 +105,7 @@ class PersonaRuntime:
         audit: AuditSink | None = None,
         messenger: Messenger | None = None,
         memory: MemoryService | None = None,
+        processes: ProcessService | None = None,
         roster: Sequence[tuple[str, str]] = (),
         history_loader: HistoryLoader | None = None,
         spill_dir: Path | None = None,
@@ -115,6 +117,7 @@ class PersonaRuntime:
         self.audit: AuditSink = audit or NullAudit()
         self.messenger = messenger
         self.memory = memory
+        self.processes = processes
         self.roster = list(roster)
         self.history_loader = history_loader
         self.spill_dir = spill_dir or persona.path / ".spill"
@@ -286,7 +289,12 @@ class PersonaRuntime:
             context=envelopes[0].context,
             tool_filter=self.persona.config.tools,
             thinking_mode=self.persona.config.thinking,
-            services=Services(audit=self.audit, messenger=self.messenger, memory=self.memory),
+            services=Services(
+                audit=self.audit,
+                messenger=self.messenger,
+                memory=self.memory,
+                processes=self.processes,
+            ),
             roster=self.roster,
             ask_path=ask_path,
             interrupted=lambda: slot.interrupt,

@@ -14,7 +14,7 @@ from aiohttp import web
 from runtime.errors import ToolError
 from runtime.tool import ToolRegistry
 from tests.helpers import make_ctx
-from tools import web as webmod
+from tools import _web as webmod
 from tools.web import WEB_TOOLS, WebFetchArgs, WebSearchArgs, web_fetch, web_search
 
 PAGE = """<!doctype html>

@@ -7,12 +7,15 @@ from tools.control import CONTROL_TOOLS
 from tools.files import FILE_TOOLS
 from tools.memory import MEMORY_TOOLS
 from tools.personas import PERSONA_TOOLS
+from tools.shell import SHELL_TOOLS
 from tools.web import WEB_TOOLS
 
 
 def builtin_registry() -> ToolRegistry:
     """A registry holding every built-in tool."""
-    return ToolRegistry([*CONTROL_TOOLS, *PERSONA_TOOLS, *MEMORY_TOOLS, *FILE_TOOLS, *WEB_TOOLS])
+    return ToolRegistry(
+        [*CONTROL_TOOLS, *PERSONA_TOOLS, *MEMORY_TOOLS, *FILE_TOOLS, *SHELL_TOOLS, *WEB_TOOLS]
+    )
 
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "FILE_TOOLS",
     "MEMORY_TOOLS",
     "PERSONA_TOOLS",
+    "SHELL_TOOLS",
     "WEB_TOOLS",
     "builtin_registry",
 ]

@@ -1,0 +1,287 @@
+"""runtime.processes without Ray: buffer, environment, secrets, groups, sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runtime.errors import ToolError
+from runtime.processes import (
+    SAFE_PATH,
+    LocalProcesses,
+    OutputBuffer,
+    ProcessHandle,
+    Redactor,
+    Sandbox,
+    StartSpec,
+    bwrap_available,
+    load_secrets,
+    read_dotenv,
+    scrubbed_env,
+)
+
+HAS_BWRAP = bwrap_available() is not None
+
+
+def spec(command: str, tmp_path: Path, **kw: object) -> StartSpec:
+    return StartSpec(
+        command=command,
+        argv=["/bin/sh", "-c", command],
+        cwd=str(tmp_path),
+        env=scrubbed_env(home=tmp_path),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# -- buffer -----------------------------------------------------------------
+
+
+def test_buffer_offsets_and_dropped_bytes() -> None:
+    buf = OutputBuffer(cap=10)
+    buf.append(b"hello ")
+    assert buf.read(0) == (b"hello ", 6, 0)
+    assert buf.read(6) == (b"", 6, 0)
+    buf.append(b"world!!")  # 13 bytes total, 3 rolled out
+    chunk, nxt, dropped = buf.read(0)
+    assert (chunk, nxt, dropped) == (b"lo world!!", 13, 3)
+    assert buf.read(6) == (b"world!!", 13, 0)
+    assert buf.read(None) == (b"lo world!!", 13, 0)
+    assert buf.read(99) == (b"", 13, 0)
+
+
+def test_buffer_flood_stays_within_cap() -> None:
+    buf = OutputBuffer()
+    for _ in range(2000):
+        buf.append(b"x" * 1000)
+    buf.append(b"y" * 200_000)  # a single chunk larger than the cap
+    assert len(buf) == 64 * 1024 and buf.end == 2_200_000
+    chunk, nxt, dropped = buf.read(0)
+    assert len(chunk) == 64 * 1024 and nxt == 2_200_000 and dropped == 2_200_000 - 65536
+    assert set(chunk) == {ord("y")}
+
+
+# -- environment and secrets ------------------------------------------------
+
+
+def test_env_is_an_allowlist() -> None:
+    parent = {"PATH": "/evil", "AWS_SECRET_ACCESS_KEY": "x", "LANG": "de_DE.UTF-8", "TZ": "UTC"}
+    env = scrubbed_env(
+        home="/ws",
+        parent=parent,
+        extra={
+            "PATH": "/x",
+            "LD_PRELOAD": "/x.so",
+            "DYLD_X": "1",
+            "ld_library_path": "/x",
+            "A": "1",
+        },
+    )
+    assert env == {"PATH": SAFE_PATH, "HOME": "/ws", "LANG": "de_DE.UTF-8", "TZ": "UTC", "A": "1"}
+
+
+def test_env_overrides_secret_of_same_name() -> None:
+    env = scrubbed_env(home="/ws", parent={}, secrets={"K": "secret"}, extra={"K": "mine"})
+    assert env["K"] == "mine"
+
+
+def test_secrets_from_dotenv(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(
+        "# c\nexport TOKEN='abc def'\nOTHER=1\nbad line\nQ=\"x=y\"\n", encoding="utf-8"
+    )
+    assert read_dotenv(tmp_path / ".env") == {"TOKEN": "abc def", "OTHER": "1", "Q": "x=y"}
+    assert load_secrets(tmp_path, ["TOKEN"], "ana") == {"TOKEN": "abc def"}
+    with pytest.raises(ToolError) as err:
+        load_secrets(tmp_path, ["TOKEN", "NOPE", "ALSO"], "ana")
+    assert err.value.kind == "missing_secret" and "NOPE, ALSO" in err.value.detail
+    assert "abc" not in err.value.detail
+    with pytest.raises(ToolError):
+        load_secrets(None, ["TOKEN"], "ana")
+
+
+def test_redactor_handles_split_values() -> None:
+    red = Redactor({"TOKEN": "s3cr3t-value"})
+    out = red.feed(b"key=s3cr") + red.feed(b"3t-va") + red.feed(b"lue done s") + red.flush()
+    assert out == b"key=[redacted:TOKEN] done s"
+    assert Redactor({}).feed(b"abc") == b"abc"
+
+
+async def test_secret_never_reaches_output(tmp_path: Path) -> None:
+    s = spec('echo "$TOKEN"; printf %s "$TOKEN" | rev', tmp_path)
+    s.env["TOKEN"] = "hunter2-secret"
+    s.secrets = {"TOKEN": "hunter2-secret"}
+    h = ProcessHandle(s)
+    await h.start()
+    assert await h.wait(10)
+    text = h.read(0)["chunk"]
+    assert "hunter2-secret" not in text and "[redacted:TOKEN]" in text
+
+
+async def test_parent_secrets_not_inherited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COTERIE_TEST_SECRET", "leak")
+    h = ProcessHandle(spec("env", tmp_path))
+    await h.start()
+    await h.wait(10)
+    out = h.read(0)["chunk"]
+    assert "leak" not in out and f"HOME={tmp_path}" in out
+
+
+# -- processes ----------------------------------------------------------------
+
+
+async def test_exit_code_merged_output_and_stdin(tmp_path: Path) -> None:
+    h = ProcessHandle(spec("read line; echo got $line; echo err >&2; exit 3", tmp_path))
+    await h.start()
+    assert not await h.wait(0.2)
+    await h.write(b"hello\n")
+    assert await h.wait(10)
+    r = h.read(0)
+    assert r["exit_code"] == 3 and r["chunk"] == "got hello\nerr\n" and not r["running"]
+    with pytest.raises(ToolError):
+        await h.write(b"late\n")
+
+
+async def test_signals_allowlist(tmp_path: Path) -> None:
+    h = ProcessHandle(spec("sleep 30", tmp_path))
+    await h.start()
+    with pytest.raises(ToolError) as err:
+        h.signal("stop")
+    assert err.value.kind == "invalid_signal"
+    assert h.signal("int")
+    assert await h.wait(5)
+    assert h.exit_code == -2 or h.exit_code == 130
+    assert not h.signal("term")  # gone
+
+
+async def test_int_works_when_the_runtime_ignores_it(tmp_path: Path) -> None:
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        h = ProcessHandle(spec("sleep 30", tmp_path))
+        await h.start()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert h.signal("int") and await h.wait(5)
+
+
+async def test_group_kill_reaches_children(tmp_path: Path) -> None:
+    h = ProcessHandle(spec("sleep 100 & sleep 100", tmp_path))
+    await h.start()
+    await asyncio.sleep(0.3)
+    assert h.pid is not None
+    kids = [p.pid for p in psutil.Process(h.pid).children(recursive=True)]
+    assert len(kids) == 2
+    await h.stop(grace=2)
+    await asyncio.sleep(0.1)
+    assert not h.running and not any(alive(k) for k in kids)
+
+
+async def test_term_ignored_is_escalated_to_kill(tmp_path: Path) -> None:
+    h = ProcessHandle(spec("trap '' TERM; sleep 100", tmp_path))
+    await h.start()
+    await asyncio.sleep(0.3)
+    assert h.pid is not None
+    kids = [p.pid for p in psutil.Process(h.pid).children(recursive=True)]
+    started = time.monotonic()
+    await h.stop(grace=0.5)
+    assert h.finished.is_set() and h.exit_code == -9
+    assert time.monotonic() - started < 5
+    assert not any(alive(k) for k in kids)
+
+
+async def test_timeout_kills(tmp_path: Path) -> None:
+    h = ProcessHandle(spec("echo start; sleep 100", tmp_path, timeout_s=0.3))
+    await h.start()
+    assert await h.wait(5)
+    st = h.read(0)
+    assert st["timed_out"] and st["chunk"] == "start\n" and st["exit_code"] == -15
+
+
+async def test_local_service_list_remove(tmp_path: Path) -> None:
+    svc = LocalProcesses(bwrap=None)
+    pid = await svc.start(spec("sleep 100", tmp_path))
+    assert pid.startswith("bg_") and [p["id"] for p in await svc.list()] == [pid]
+    status = await svc.remove(pid)
+    assert not status["running"] and await svc.list() == []
+    with pytest.raises(ToolError) as err:
+        await svc.status(pid)
+    assert err.value.kind == "not_found"
+
+
+# -- sandbox ------------------------------------------------------------------
+
+
+def persona_tree(tmp_path: Path) -> tuple[Path, Path, Path]:
+    home = tmp_path / "home"
+    pdir = home / "personas" / "ana"
+    ws = pdir / "workspace"
+    ws.mkdir(parents=True)
+    (pdir / ".env").write_text("TOKEN=zzz\n", encoding="utf-8")
+    other = home / "personas" / "bob"
+    other.mkdir(parents=True)
+    (other / "notes.txt").write_text("bob's", encoding="utf-8")
+    return home, pdir, ws
+
+
+def test_bwrap_forced_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("COTERIE_BWRAP", "0")
+    assert bwrap_available() is None
+    assert LocalProcesses().sandboxed is False
+    argv = Sandbox(tmp_path, "readonly").argv("echo hi", tmp_path)
+    assert argv == ["/bin/sh", "-c", "echo hi"]
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (/usr/bin/bwrap) is not installed")
+@pytest.mark.parametrize("access", ["workspace", "readonly"])
+async def test_bwrap_confines(tmp_path: Path, access: str) -> None:
+    home, pdir, ws = persona_tree(tmp_path)
+    box = Sandbox(ws, access, pdir, home, bwrap_available())  # type: ignore[arg-type]
+    script = (
+        "echo hi > out.txt && echo wrote; "
+        f"cat {pdir}/.env || echo noenv; ls {home}/personas/bob || echo nobob; "
+        "ls /tmp | wc -l; echo pid=$$"
+    )
+    s = StartSpec(command=script, argv=box.argv(script, ws), cwd=str(ws), env=scrubbed_env(home=ws))
+    h = ProcessHandle(s)
+    await h.start()
+    assert await h.wait(20)
+    out = h.read(0)["chunk"]
+    assert "zzz" not in out and "noenv" in out and "bob's" not in out and "nobob" in out
+    assert "pid=2" in out or "pid=1" in out  # its own pid namespace
+    if access == "readonly":
+        assert "wrote" not in out and not (ws / "out.txt").exists()
+    else:
+        assert "wrote" in out and (ws / "out.txt").read_text() == "hi\n"
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (/usr/bin/bwrap) is not installed")
+async def test_bwrap_group_kill(tmp_path: Path) -> None:
+    _, pdir, ws = persona_tree(tmp_path)
+    box = Sandbox(ws, "workspace", pdir, None, bwrap_available())
+    cmd = "trap '' TERM; sleep 100 & sleep 100"
+    h = ProcessHandle(
+        StartSpec(command=cmd, argv=box.argv(cmd, ws), cwd=str(ws), env=scrubbed_env(home=ws))
+    )
+    await h.start()
+    await asyncio.sleep(0.5)
+    assert h.pid is not None
+    tree = [p.pid for p in psutil.Process(h.pid).children(recursive=True)]
+    assert tree
+    await h.stop(grace=0.5)
+    await asyncio.sleep(0.2)
+    assert not any(alive(p) for p in tree)
+    assert os.getpgid(os.getpid()) != h.pid

@@ -1,0 +1,131 @@
+"""ShellProcessActor and ShellProcesses on a real Ray session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import ray
+
+from actors.shell import ShellProcesses
+from runtime.context import Services, TurnContext
+from runtime.errors import ToolError
+from tests.helpers import make_ctx
+from tools.shell import ProcessArgs, ShellExecArgs, TaskIdArgs, process, shell_exec, task_cancel
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+@pytest.fixture
+async def service(ray_session: None) -> AsyncIterator[ShellProcesses]:
+    svc = ShellProcesses(bwrap=None)
+    yield svc
+    await svc.close()
+
+
+def ctx_for(tmp_path: Path, svc: Any) -> TurnContext:
+    pdir = tmp_path / "home" / "personas" / "ana"
+    ws = pdir / "workspace"
+    ws.mkdir(parents=True, exist_ok=True)
+    return make_ctx(
+        persona="ana",
+        workspace=ws,
+        persona_dir=pdir,
+        home=tmp_path / "home",
+        services=Services(processes=svc),
+    )
+
+
+async def test_sync_and_auto_background_without_rerun(
+    tmp_path: Path, service: ShellProcesses
+) -> None:
+    ctx = ctx_for(tmp_path, service)
+    assert await shell_exec.fn(ShellExecArgs(command="echo hi"), ctx) == "exit=0\nhi\n"
+    res = await shell_exec.fn(
+        ShellExecArgs(command="echo once >> runs.txt; echo a; sleep 2; echo b", yield_ms=500), ctx
+    )
+    assert res["backgrounded"] and res["output_so_far"] == "a\n"
+    assert await service.wait(res["id"], 15)
+    read = await process.fn(ProcessArgs(action="read", id=res["id"], since=2), ctx)
+    assert read["chunk"] == "b\n" and read["next_offset"] == 4 and read["exit_code"] == 0
+    assert (ctx.workspace / "runs.txt").read_text() == "once\n"  # type: ignore[operator]
+    await service.remove(res["id"])
+
+
+async def test_stdin_offsets_list_remove_cancel(tmp_path: Path, service: ShellProcesses) -> None:
+    ctx = ctx_for(tmp_path, service)
+    res = await shell_exec.fn(
+        ShellExecArgs(command="while read l; do echo got:$l; done", background=True), ctx
+    )
+    pid = res["id"]
+    await process.fn(ProcessArgs(action="write", id=pid, data="one"), ctx)
+    await process.fn(ProcessArgs(action="write", id=pid, data="two"), ctx)
+    await asyncio.sleep(0.5)
+    first = await process.fn(ProcessArgs(action="read", id=pid), ctx)
+    assert first["chunk"] == "got:one\ngot:two\n" and first["next_offset"] == 16
+    later = await process.fn(ProcessArgs(action="read", id=pid, since=8), ctx)
+    assert later["chunk"] == "got:two\n"
+
+    res2 = await shell_exec.fn(
+        ShellExecArgs(command="trap '' TERM; sleep 100", background=True), ctx
+    )
+    actor = service.actor(res2["id"])
+    listed = (await process.fn(ProcessArgs(action="list"), ctx))["processes"]
+    assert {p["id"] for p in listed} == {pid, res2["id"]}
+    shell_pid = listed[1]["pid"]
+    cancelled = await task_cancel.fn(TaskIdArgs(id=res2["id"]), ctx)
+    assert cancelled == {"cancelled": res2["id"], "exit_code": -9}
+    assert not psutil.pid_exists(shell_pid) or psutil.Process(shell_pid).status() == "zombie"
+    with pytest.raises(ray.exceptions.RayActorError):
+        await actor.status.remote()  # the actor was killed with its process
+
+    removed = await process.fn(ProcessArgs(action="remove", id=pid), ctx)
+    assert removed["removed"] == pid
+    assert await service.list() == []
+    with pytest.raises(ToolError) as err:
+        await process.fn(ProcessArgs(action="read", id=pid), ctx)
+    assert err.value.kind == "not_found"
+
+
+async def test_tool_errors_cross_the_actor(tmp_path: Path, service: ShellProcesses) -> None:
+    ctx = ctx_for(tmp_path, service)
+    res = await shell_exec.fn(ShellExecArgs(command="true", background=True), ctx)
+    assert await service.wait(res["id"], 10)
+    with pytest.raises(ToolError) as err:
+        await process.fn(ProcessArgs(action="write", id=res["id"], data="x"), ctx)
+    assert err.value.kind == "not_running"
+
+
+async def test_placed_on_the_callers_node(service: ShellProcesses, tmp_path: Path) -> None:
+    ctx = ctx_for(tmp_path, service)
+    res = await shell_exec.fn(ShellExecArgs(command="sleep 30", background=True), ctx)
+    node = await service.actor(res["id"]).node_id.remote()
+    assert node == ray.get_runtime_context().get_node_id() == service.node_id
+
+
+@ray.remote(num_cpus=0)
+class _Owner:
+    """Stands in for a persona actor: creates processes from inside an actor."""
+
+    def __init__(self) -> None:
+        self.svc = ShellProcesses(bwrap=None)
+
+    async def run(self, cwd: str) -> tuple[str, str]:
+        from runtime.processes import StartSpec, scrubbed_env
+
+        spec = StartSpec("sleep 30", ["/bin/sh", "-c", "sleep 30"], cwd, scrubbed_env(home=cwd))
+        pid = await self.svc.start(spec)
+        child: str = await self.svc.actor(pid).node_id.remote()
+        await self.svc.remove(pid)
+        return child, ray.get_runtime_context().get_node_id()
+
+
+async def test_placed_on_the_owning_actors_node(ray_session: None, tmp_path: Path) -> None:
+    owner = _Owner.remote()  # type: ignore[attr-defined]
+    child, mine = await owner.run.remote(str(tmp_path))
+    assert child == mine
+    ray.kill(owner)

@@ -1,0 +1,248 @@
+"""Shell tools: shell_exec, process, task_status, task_cancel.
+
+Every command starts in the persona's :class:`~runtime.processes.ProcessService`
+(a Ray actor per command in a cluster). ``shell_exec`` waits up to
+``yield_ms``; a command still running then keeps running — it is never
+started twice — and the model gets a ``bg_<hex>`` handle instead. The
+environment is scrubbed; secrets come from the persona's ``.env`` by name
+only and are redacted from every output. Readonly personas get no shell
+tools unless bubblewrap can confine them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from runtime.context import TurnContext
+from runtime.errors import ToolError
+from runtime.messages import MessageEnvelope
+from runtime.processes import (
+    SIGNALS,
+    ProcessService,
+    StartSpec,
+    load_secrets,
+    scrubbed_env,
+)
+from runtime.tool import tool
+from tools._paths import workspace_path
+
+log = logging.getLogger("coterie.tools.shell")
+
+OUTPUT_CAP = 16_000  # characters of output shown for a finished command
+NOTIFY_TAIL = 2_000
+_NOTIFIERS: set[asyncio.Task[None]] = set()
+
+
+def shell_available(ctx: TurnContext) -> bool:
+    """Shell tools need a process service and a workspace; readonly needs bwrap."""
+    service = ctx.services.processes
+    if service is None or ctx.workspace is None:
+        return False
+    return ctx.access != "readonly" or bool(service.sandboxed)
+
+
+def _service(ctx: TurnContext) -> ProcessService:
+    if not shell_available(ctx):
+        raise ToolError("unavailable", "shell tools are not available to this persona")
+    service = ctx.services.processes
+    assert service is not None
+    return service
+
+
+def _cap(text: str, cap: int = OUTPUT_CAP) -> str:
+    if len(text) <= cap:
+        return text
+    head, tail = cap // 4, cap - cap // 4
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[… {cut} characters cut …]\n{text[-tail:]}"
+
+
+class ShellExecArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1, max_length=20_000, description="run by /bin/sh -c")
+    yield_ms: int = Field(
+        default=5_000,
+        ge=0,
+        le=120_000,
+        description="wait this long; a command still running then continues in the background",
+    )
+    background: bool = Field(default=False, description="return a bg_ handle at once")
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=86_400, description="kill the command after this many seconds"
+    )
+    env: dict[str, str] | None = Field(
+        default=None, description="extra variables (PATH, LD_*, DYLD_* are ignored)"
+    )
+    secrets: list[str] | None = Field(
+        default=None, max_length=32, description="names from the persona's .env to set"
+    )
+    cwd: str | None = Field(default=None, description="inside the workspace (the default)")
+    notify: bool = Field(
+        default=False, description="when it runs in the background, wake me when it ends"
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("command contains a NUL byte")
+        return value
+
+
+def _finished_text(result: dict[str, Any]) -> str:
+    head = f"exit={result.get('exit_code')}"
+    if result.get("timed_out"):
+        head += f" (killed: timed out after {result.get('runtime_s')}s)"
+    if result.get("dropped_bytes"):
+        head += f" (first {result['dropped_bytes']} bytes of output dropped)"
+    return f"{head}\n{_cap(result.get('chunk', ''))}"
+
+
+async def _notify_when_done(service: ProcessService, pid: str, ctx: TurnContext) -> None:
+    messenger = ctx.services.messenger
+    if messenger is None:
+        return
+    try:
+        await service.wait(pid, None)
+        result = await service.read(pid, None)
+    except Exception:  # removed or cancelled: nothing to report
+        return
+    tail = result.get("chunk", "")[-NOTIFY_TAIL:]
+    text = f"[process {pid} finished: exit {result.get('exit_code')}] {tail}"
+    envelope = MessageEnvelope(
+        recipient=ctx.persona,
+        sender="process",
+        conversation_id=ctx.conversation_id,
+        source_kind="wake",
+        reply_mode="none",
+        text=text,
+    )
+    try:
+        await messenger.post(envelope)
+    except Exception as exc:
+        log.warning("completion of %s not delivered: %s", pid, exc)
+
+
+def _watch(service: ProcessService, pid: str, ctx: TurnContext) -> None:
+    task = asyncio.get_running_loop().create_task(_notify_when_done(service, pid, ctx))
+    _NOTIFIERS.add(task)
+    task.add_done_callback(_NOTIFIERS.discard)
+
+
+@tool(name="shell_exec", timeout=150, available=shell_available)
+async def shell_exec(args: ShellExecArgs, ctx: TurnContext) -> Any:
+    """Run a shell command in the workspace (merged stdout+stderr, clean environment).
+    Finishing within yield_ms returns exit=N and the output; otherwise the same
+    process keeps running and you get a bg_ id for the process tool.
+    secrets: names from your .env to pass as variables; values are never shown."""
+    service = _service(ctx)
+    assert ctx.workspace is not None
+    workspace = ctx.workspace.resolve()
+    cwd = workspace_path(ctx, args.cwd or ".")
+    if not cwd.is_dir():
+        raise ToolError("invalid_path", f"cwd {args.cwd!r} is not a directory")
+    secret_values = load_secrets(ctx.persona_dir, args.secrets or [], ctx.persona)
+    env = scrubbed_env(home=workspace, extra=args.env, secrets=secret_values)
+    sandbox = service.sandbox(workspace, ctx.access, ctx.persona_dir, ctx.home)
+    spec = StartSpec(
+        command=args.command,
+        argv=sandbox.argv(args.command, cwd),
+        cwd=str(cwd),
+        env=env,
+        secrets=secret_values,
+        timeout_s=args.timeout_s,
+    )
+    pid = await service.start(spec)
+    if not args.background and await service.wait(pid, args.yield_ms / 1000):
+        result = await service.read(pid, None)
+        await service.remove(pid)
+        return _finished_text(result)
+    result = await service.read(pid, None)
+    if args.notify:
+        _watch(service, pid, ctx)
+    reason = "background requested" if args.background else f"still running after {args.yield_ms}ms"
+    return {
+        "backgrounded": True,
+        "id": pid,
+        "reason": reason,
+        "running": result["running"],
+        "exit_code": result["exit_code"],
+        "output_so_far": _cap(result["chunk"]),
+        "next_offset": result["next_offset"],
+        "next": (
+            "completion will be pushed to this conversation; do not poll"
+            if args.notify
+            else "use process action=read with since=next_offset; remove it when done"
+        ),
+    }
+
+
+class ProcessArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["status", "read", "write", "signal", "list", "remove"]
+    id: str | None = Field(default=None, description="the bg_ id (all actions but list)")
+    since: int | None = Field(default=None, ge=0, description="read: next_offset from before")
+    data: str | None = Field(
+        default=None, max_length=100_000, description="write: stdin text (newline added)"
+    )
+    signal: Literal["term", "kill", "int", "hup"] = "term"
+
+
+@tool(name="process", timeout=30, allow_repeat=True, available=shell_available)
+async def process(args: ProcessArgs, ctx: TurnContext) -> Any:
+    """Control background shell processes: status, read output from a byte offset
+    (dropped_bytes says how much rolled out of the 64 KiB buffer), write stdin,
+    signal (term, kill, int, hup; the whole process group), list, remove."""
+    service = _service(ctx)
+    if args.action == "list":
+        return {"processes": await service.list()}
+    if not args.id:
+        raise ToolError("invalid_arguments", f"{args.action} needs the process id")
+    if args.action == "status":
+        return await service.status(args.id)
+    if args.action == "read":
+        return await service.read(args.id, args.since)
+    if args.action == "write":
+        data = args.data or ""
+        if not data.endswith("\n"):
+            data += "\n"
+        written = await service.write(args.id, data.encode())
+        return {"id": args.id, "written_bytes": written}
+    if args.action == "signal":
+        assert args.signal in SIGNALS
+        return await service.signal(args.id, args.signal)
+    return {"removed": args.id, **(await service.remove(args.id))}
+
+
+class TaskIdArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=64, description="a bg_ handle")
+
+
+@tool(name="task_status", timeout=10, allow_repeat=True, available=shell_available)
+async def task_status(args: TaskIdArgs, ctx: TurnContext) -> Any:
+    """Check a background task handle (bg_…) when the user asks: running or
+    exit code, and the last of its output."""
+    result = await _service(ctx).read(args.id, None)
+    result["output_tail"] = result.pop("chunk")[-NOTIFY_TAIL:]
+    return result
+
+
+@tool(name="task_cancel", timeout=15, available=shell_available)
+async def task_cancel(args: TaskIdArgs, ctx: TurnContext) -> Any:
+    """Cancel a background task handle (bg_…): its whole process group is
+    stopped and the handle removed."""
+    status = await _service(ctx).remove(args.id)
+    return {"cancelled": args.id, "exit_code": status.get("exit_code")}
+
+
+SHELL_TOOLS = [shell_exec, process, task_status, task_cancel]
+
+__all__ = ["SHELL_TOOLS", "shell_available"]
