@@ -415,8 +415,11 @@ class ProcessHandle:
 def _default_signals() -> None:
     """In the child: undo ignored signals inherited from the runtime (Ray
     workers ignore SIGINT, and a shell cannot un-ignore what it inherits)."""
-    for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGPIPE):
+    handled = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGPIPE)
+    for sig in handled:
         _signal.signal(sig, _signal.SIG_DFL)
+    # A blocked mask is inherited across exec too.
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, handled)
 
 
 def new_process_id() -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import ray
@@ -111,24 +111,24 @@ def test_missing_key_is_a_readable_error(rt: Runtime) -> None:
 
 
 def test_one_turn_at_a_time_per_conversation(rt: Runtime) -> None:
-    async def go() -> list[object]:
-        same = [rt.ask_async("slow", f"m{i}", conversation_id="slow:same") for i in range(3)]
-        other = rt.ask_async("slow", "x", conversation_id="slow:other")
-        return list(await asyncio.gather(*same, other))
+    rt.ask("slow", "warm up", conversation_id="slow:warm")  # the actor is up
+    handle = ray.get_actor(f"coterie:{rt.id}:persona:slow", namespace=rt.namespace)
 
-    *same, other = asyncio.run(go())
-    # Messages that arrive while a turn runs wait and share the next turn
-    # (which ones arrive first is up to the scheduler).
-    turns = sorted(Counter(r.turn_id for r in same).values())  # type: ignore[attr-defined]
-    assert turns == [1, 2]
-    assert other.status == "ok"  # type: ignore[attr-defined]
+    async def go() -> list[Any]:
+        first = asyncio.ensure_future(rt.ask_async("slow", "m0", conversation_id="slow:same"))
+        while not (await handle.stats.remote())["busy"]:  # m0's turn is running
+            await asyncio.sleep(0.01)
+        later = [rt.ask_async("slow", f"m{i}", conversation_id="slow:same") for i in (1, 2)]
+        other = rt.ask_async("slow", "x", conversation_id="slow:other")
+        return list(await asyncio.gather(first, *later, other))
+
+    r0, r1, r2, other = asyncio.run(go())
+    # m1 and m2 arrived while m0's turn ran: they waited and shared the next turn.
+    assert r1.turn_id == r2.turn_id != r0.turn_id
+    assert other.status == "ok"
     rt.flush()
     history = ray.get(rt.audit.history.remote("slow", "slow:same"))
-    kinds = [m.kind for m in history]
-    assert kinds in (
-        ["user", "assistant", "user", "user", "assistant"],
-        ["user", "user", "assistant", "user", "assistant"],
-    )
+    assert [m.kind for m in history] == ["user", "assistant", "user", "user", "assistant"]
 
 
 def test_router_reachable_by_name_from_anywhere(rt: Runtime) -> None:

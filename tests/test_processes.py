@@ -161,7 +161,7 @@ async def test_signals_allowlist(tmp_path: Path) -> None:
         h.signal("stop")
     assert err.value.kind == "invalid_signal"
     assert h.signal("int")
-    assert await h.wait(5)
+    assert await h.wait(15)
     assert h.exit_code == -2 or h.exit_code == 130
     assert not h.signal("term")  # gone
 
