@@ -65,6 +65,8 @@ Source = Literal["all", "memories", "knowledge"]
 Mode = Literal["hybrid", "vector", "fts"]
 
 _MEMORY_COLUMNS = ["id", "persona", "category", "content", "importance", "created_at", "day"]
+#: What a search reads per memory: the persona is known, so it is not fetched.
+_MEMORY_HIT_COLUMNS = [c for c in _MEMORY_COLUMNS if c != "persona"]
 _KNOWLEDGE_COLUMNS = ["id", "source", "chunk", "content"]
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -314,20 +316,38 @@ class MemoryStore:
         if not query:
             return [] if source == "knowledge" else self._top_memories(filters, limit)
 
-        tables = []
+        tables: list[tuple[str, Any, list[str]]] = []
         if source != "knowledge":
-            tables.append((MEMORIES, _lance.match(**filters), _MEMORY_COLUMNS))
+            tables.append((MEMORIES, _lance.match(**filters), _MEMORY_HIT_COLUMNS))
         if source != "memories" and category is None:
             tables.append((KNOWLEDGE, _lance.match(persona=persona), _KNOWLEDGE_COLUMNS))
         if not tables:
             return []
+
+        def searches(leg_query: list[float] | str) -> list[_lance.Search]:
+            # A persona with no knowledge costs one index lookup, not a search.
+            return [
+                _lance.Search(
+                    self._table(name), leg_query, where, columns, CANDIDATES, name == KNOWLEDGE
+                )
+                for name, where, columns in tables
+            ]
+
+        # Each leg searches every table concurrently; the full-text leg starts
+        # first and runs while the query is embedded.
+        text_leg = None if mode == "vector" else _lance.submit(searches(query))
+        try:
+            found: list[list[list[dict[str, Any]]]] = []
+            if mode != "fts":
+                vector = self._embed([query]).to_pylist()[0]
+                found.append(_lance.ranked_many(searches(vector)))
+            if text_leg is not None:
+                found.append(text_leg.result())
+        finally:
+            if text_leg is not None:
+                text_leg.cancel()  # a no-op unless the vector leg failed
         by_key: dict[tuple[str, str], dict[str, Any]] = {}
-        legs: list[list[tuple[str, str]]] = []
-        if mode != "fts":
-            vector = self._embed([query]).to_pylist()[0]
-            legs.append(self._leg(tables, by_key, vector))
-        if mode != "vector":
-            legs.append(self._leg(tables, by_key, query))
+        legs = [self._leg(tables, rows, by_key) for rows in found]
         fused = _lance.rrf(legs)
         ranked = sorted(fused, key=lambda key: fused[key], reverse=True)[:limit]
         return [_hit(key[0], by_key[key], fused[key]) for key in ranked]
@@ -335,18 +355,18 @@ class MemoryStore:
     def _leg(
         self,
         tables: list[tuple[str, Any, list[str]]],
+        found_per_table: list[list[dict[str, Any]]],
         by_key: dict[tuple[str, str], dict[str, Any]],
-        query: list[float] | str,
     ) -> list[tuple[str, str]]:
-        """One search leg over every table, merged into one ranking.
+        """One search leg's rows from every table, merged into one ranking.
 
         Cosine distances from one embedder are comparable across tables; BM25
         scores from two indexes only roughly are, which RRF's use of ranks
         (not scores) tolerates.
         """
         found: list[tuple[float, tuple[str, str]]] = []
-        for name, where, columns in tables:
-            for row in _lance.ranked(self._table(name), query, where, columns, CANDIDATES):
+        for (name, _, _), rows in zip(tables, found_per_table, strict=True):
+            for row in rows:
                 key = (name, row["id"])
                 merged = by_key.setdefault(key, row)
                 if "_score" in row:
@@ -467,6 +487,11 @@ class MemoryStore:
     def optimize(self, *, attempts: int = 3) -> dict[str, bool]:
         """Compact small files, fold new rows into the indexes, prune old versions.
 
+        A searchable table of :data:`runtime._lance.ANN_MIN_ROWS` rows or more
+        also gets its approximate (IVF) vector index here, after the compaction,
+        and a larger one when it has outgrown it (see
+        :func:`runtime._lance.ensure_vector_index`); later runs fold new rows in.
+
         Safe beside concurrent reads and writes. Lance commits are
         multi-version: a query keeps the snapshot it started on, and pruning
         only removes versions older than LanceDB's default of seven days. A
@@ -491,7 +516,18 @@ class MemoryStore:
             else:
                 log.warning("optimize %s: gave up after %d commit conflicts", name, attempts)
                 done[name] = False
+            if name in _lance.SEARCHABLE and done[name]:
+                self._ensure_vector_index(name, table)
         return done
+
+    def _ensure_vector_index(self, name: str, table: Table) -> None:
+        try:
+            if _lance.ensure_vector_index(table):
+                log.info("optimize %s: built the ANN vector index", name)
+        except RuntimeError as exc:
+            if "Retryable commit conflict" not in str(exc):
+                raise
+            log.debug("optimize %s: vector index lost a commit conflict; next run", name)
 
     def counts(self, persona: str | None = None) -> dict[str, int]:
         """Rows per table, for one persona or (``None``) for all."""
