@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import Any, Literal
 
 import ray
@@ -18,9 +17,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runtime.errors import ToolError
 from runtime.processes import (
-    Access,
     ProcessHandle,
-    Sandbox,
+    SandboxChoice,
     StartSpec,
     bwrap_available,
     new_process_id,
@@ -96,7 +94,7 @@ async def _unwrap(ref: Awaitable[Any]) -> Any:
         raise ToolError("not_running", "the process's actor is gone") from exc
 
 
-class ShellProcesses:
+class ShellProcesses(SandboxChoice):
     """The persona's process service: one :class:`ShellProcessActor` each.
 
     Creating an actor costs a worker process start (about a second), so after
@@ -131,15 +129,6 @@ class ShellProcesses:
             spare.__ray_ready__.remote()
             self._spare.append(spare)
         return actor
-
-    @property
-    def sandboxed(self) -> bool:
-        return self.bwrap is not None
-
-    def sandbox(
-        self, workspace: Path, access: Access, persona_dir: Path | None, home: Path | None
-    ) -> Sandbox:
-        return Sandbox(workspace, access, persona_dir, home, self.bwrap)
 
     def _get(self, pid: str) -> Any:
         actor = self._actors.get(pid)

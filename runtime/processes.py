@@ -465,12 +465,10 @@ def not_found(pid: str) -> ToolError:
     return ToolError("not_found", f"no process {pid!r} (see process action=list)")
 
 
-class LocalProcesses:
-    """In-process :class:`ProcessService` (no Ray): tests and local runs."""
+class SandboxChoice:
+    """Whether a process service wraps commands in bubblewrap, and how."""
 
-    def __init__(self, *, bwrap: str | Literal["auto"] | None = "auto") -> None:
-        self.bwrap = bwrap_available() if bwrap == "auto" else bwrap
-        self._procs: dict[str, ProcessHandle] = {}
+    bwrap: str | None
 
     @property
     def sandboxed(self) -> bool:
@@ -480,6 +478,14 @@ class LocalProcesses:
         self, workspace: Path, access: Access, persona_dir: Path | None, home: Path | None
     ) -> Sandbox:
         return Sandbox(workspace, access, persona_dir, home, self.bwrap)
+
+
+class LocalProcesses(SandboxChoice):
+    """In-process :class:`ProcessService` (no Ray): tests and local runs."""
+
+    def __init__(self, *, bwrap: str | Literal["auto"] | None = "auto") -> None:
+        self.bwrap = bwrap_available() if bwrap == "auto" else bwrap
+        self._procs: dict[str, ProcessHandle] = {}
 
     def _get(self, pid: str) -> ProcessHandle:
         handle = self._procs.get(pid)
