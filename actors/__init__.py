@@ -1,20 +1,26 @@
 """Ray actors: thin shells over the plain logic in ``runtime`` and ``tools``.
 
-Only entry points (the CLI, the Python API) import this package. ``Runtime``
-is loaded on first use so that actor processes, which import submodules of
-this package, do not pay for the API's imports.
+One module per actor kind — router, persona, audit, memory, shell — plus the
+Ray plumbing they share (``_ray``). Only entry points (the ``coterie``
+package: the CLI, the Python API) import this package.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from actors._ray import (
+    NAMESPACE,
+    audit_name,
+    memory_name,
+    persona_actor_name,
+    router_name,
+    runtime_id,
+)
 
-__all__ = ["Runtime"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Runtime":
-        from actors.api import Runtime
-
-        return Runtime
-    raise AttributeError(name)
+__all__ = [
+    "NAMESPACE",
+    "audit_name",
+    "memory_name",
+    "persona_actor_name",
+    "router_name",
+    "runtime_id",
+]

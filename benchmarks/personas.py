@@ -65,8 +65,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors.api import Runtime  # noqa: E402
-from actors.naming import persona_actor_name  # noqa: E402
+from actors import persona_actor_name  # noqa: E402
+from coterie import Runtime  # noqa: E402
 from runtime.config import load_persona  # noqa: E402
 from runtime.messages import MessageEnvelope, ReplyEnvelope  # noqa: E402
 from runtime.models import build_model  # noqa: E402

@@ -75,9 +75,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runtime import _lance  # noqa: E402
-from runtime.embedders import MiniLMEmbedder  # noqa: E402
-from runtime.memory_store import CANDIDATES, MemoryInput, MemoryStore, Mode  # noqa: E402
+from runtime.memory import MemoryInput, MemoryStore, MiniLMEmbedder, Mode, _lance  # noqa: E402
+from runtime.memory.store import CANDIDATES  # noqa: E402
 from runtime.testing import recall_eval  # noqa: E402
 
 PERSONA = "bench"

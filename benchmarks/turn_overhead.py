@@ -30,7 +30,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors.api import Runtime  # noqa: E402
+from coterie import Runtime  # noqa: E402
 from runtime.config import load_persona  # noqa: E402
 from runtime.messages import MessageEnvelope  # noqa: E402
 from runtime.models import build_model  # noqa: E402

@@ -1,7 +1,11 @@
-"""coterie's plain-Python core: messages, config, providers, tools, the loop.
+"""coterie's plain-Python core, importable and testable without Ray.
 
-Importable and testable without Ray. Heavy modules (provider SDKs, DuckDB,
-Arrow) load lazily where they are used.
+The turn core is flat — ``errors``, ``messages``, ``config``, ``context``,
+``services``, ``tool``, ``runner``, ``loop``, ``prompt``, ``persona``,
+``hub`` — and each concern has its subpackage: ``models`` (providers),
+``memory``, ``audit``, ``shell``, ``routing``, and ``testing`` (helpers the
+tests, benchmarks and demo share). Heavy modules (provider SDKs, DuckDB,
+Arrow, LanceDB, torch) load lazily where they are used.
 """
 
 from __future__ import annotations
@@ -9,22 +13,25 @@ from __future__ import annotations
 from runtime.config import (
     Persona,
     PersonaConfig,
-    install_bundled_personas,
+    RuntimeSettings,
+    install_personas,
     load_persona,
     persona_names,
     resolve_home,
 )
-from runtime.context import Conversation, NullAudit, Services, TurnContext
+from runtime.context import Conversation, Services, TurnContext
 from runtime.errors import (
     AuditQueryError,
     ConfigError,
     CoterieError,
     DeliveryError,
+    ErrorKind,
     MissingAPIKeyError,
     ModelError,
     ModelHTTPError,
     ModelTimeoutError,
     PersonaConfigError,
+    ToolError,
     TurnFailedError,
     UnknownPersonaError,
 )
@@ -42,17 +49,22 @@ from runtime.messages import (
 from runtime.models import FunctionModel, Model, RulesModel, ScriptedModel, build_model
 from runtime.persona import PersonaRuntime
 from runtime.runner import ToolRunner
+from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 from runtime.tool import ToolRegistry, ToolSpec, tool
 
 __all__ = [
     "AssistantMessage",
     "AuditQueryError",
+    "AuditSink",
     "ConfigError",
     "Conversation",
     "CoterieError",
     "DeliveryError",
+    "ErrorKind",
     "FunctionModel",
+    "MemoryService",
     "MessageEnvelope",
+    "Messenger",
     "MissingAPIKeyError",
     "Model",
     "ModelError",
@@ -65,11 +77,14 @@ __all__ = [
     "PersonaConfig",
     "PersonaConfigError",
     "PersonaRuntime",
+    "ProcessService",
     "ReplyEnvelope",
     "RulesModel",
+    "RuntimeSettings",
     "ScriptedModel",
     "Services",
     "ToolCall",
+    "ToolError",
     "ToolRegistry",
     "ToolResultMessage",
     "ToolRunner",
@@ -81,7 +96,7 @@ __all__ = [
     "UnknownPersonaError",
     "UserMessage",
     "build_model",
-    "install_bundled_personas",
+    "install_personas",
     "load_persona",
     "persona_names",
     "resolve_home",

@@ -1,8 +1,9 @@
-"""Persona directories and their ``persona.yaml``.
+"""Persona directories and their ``persona.yaml``; the runtime's ``runtime.yaml``.
 
 A persona lives in ``<home>/personas/<name>/`` with ``persona.yaml`` and
 ``SOUL.md``. ``<home>`` is ``--home``, else ``$COTERIE_HOME``, else
-``~/.coterie``. Bundled demo personas live in ``configs/personas``.
+``~/.coterie``. Every field that is accepted is honoured; unknown fields are
+errors naming the file and the field.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
+from runtime.messages import TurnContextKind
 
 PERSONA_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BUNDLED_PERSONAS = REPO_ROOT / "configs" / "personas"
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
@@ -41,7 +41,8 @@ class ScriptedWhen(_Strict):
 
     turn: int | None = Field(default=None, ge=1)
     contains: str | None = None
-    context: str | None = None
+    # The kind of turn: user, heartbeat, cron, subagent or eval.
+    context: TurnContextKind | None = None
 
 
 class ScriptedToolCall(_Strict):
@@ -58,11 +59,18 @@ class ScriptedRule(_Strict):
 class _ModelBase(_Strict):
     max_tokens: int = Field(default=4096, ge=1)
     timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+
+
+class _NetworkModelBase(_ModelBase):
     max_retries: int = Field(default=3, ge=0, le=10)
 
 
 class ScriptedModelConfig(_ModelBase):
-    """A model whose answers are written in persona.yaml (no API key)."""
+    """A model whose answers are written in persona.yaml (no API key).
+
+    ``timeout`` applies to ``latency_ms`` (a slower answer times out) and
+    ``max_tokens`` cuts a longer text, as a real model would.
+    """
 
     provider: Literal["scripted"]
     name: str = "scripted"
@@ -71,7 +79,7 @@ class ScriptedModelConfig(_ModelBase):
     latency_ms: float = Field(default=0.0, ge=0)
 
 
-class OpenAIModelConfig(_ModelBase):
+class OpenAIModelConfig(_NetworkModelBase):
     """OpenAI Chat Completions or any compatible server (``base_url``)."""
 
     provider: Literal["openai"]
@@ -83,7 +91,7 @@ class OpenAIModelConfig(_ModelBase):
     reasoning_content: bool = False
 
 
-class AnthropicModelConfig(_ModelBase):
+class AnthropicModelConfig(_NetworkModelBase):
     """Anthropic Messages API."""
 
     provider: Literal["anthropic"]
@@ -168,6 +176,25 @@ class MemorySettings(_Strict):
     optimize_interval: float = Field(
         default=60.0, gt=0, description="seconds between background index maintenance runs"
     )
+    embed_threads: int | None = Field(
+        default=1,
+        ge=1,
+        description="torch threads of the process that runs the minilm embedder (null: one a core)",
+    )
+
+
+class WebSettings(_Strict):
+    """Limits of ``web_fetch`` and ``web_search``."""
+
+    fetch_timeout: float = Field(
+        default=25.0, gt=0, description="seconds for a whole fetch, redirects included"
+    )
+    connect_timeout: float = Field(default=10.0, gt=0, description="seconds to connect")
+    max_redirects: int = Field(default=5, ge=0, le=20)
+    max_bytes: int = Field(
+        default=2_000_000, ge=1_000, description="body bytes read before the rest is dropped"
+    )
+    search_timeout: float = Field(default=20.0, gt=0, description="seconds per search request")
 
 
 class RuntimeSettings(_Strict):
@@ -182,6 +209,7 @@ class RuntimeSettings(_Strict):
         default=256, ge=1, description="persona-sourced messages waiting per conversation"
     )
     memory: MemorySettings = Field(default_factory=lambda: MemorySettings())
+    web: WebSettings = Field(default_factory=lambda: WebSettings())
 
 
 def load_settings(home: Path) -> RuntimeSettings:
@@ -254,8 +282,8 @@ def load_persona(home: Path, name: str) -> Persona:
     return load_persona_dir(path, name)
 
 
-def install_bundled_personas(home: Path, *, overwrite: bool = False) -> list[str]:
-    """Copy the bundled demo personas into ``<home>/personas``.
+def install_personas(home: Path, source: Path, *, overwrite: bool = False) -> list[str]:
+    """Copy the persona directories under ``source`` into ``<home>/personas``.
 
     Existing personas are left alone unless ``overwrite``. Returns the names
     that were written.
@@ -263,7 +291,7 @@ def install_bundled_personas(home: Path, *, overwrite: bool = False) -> list[str
     import shutil
 
     written = []
-    for src in sorted(BUNDLED_PERSONAS.iterdir()):
+    for src in sorted(source.iterdir()):
         if not (src / "persona.yaml").is_file():
             continue
         dst = home / "personas" / src.name
@@ -275,7 +303,6 @@ def install_bundled_personas(home: Path, *, overwrite: bool = False) -> list[str
 
 
 __all__ = [
-    "BUNDLED_PERSONAS",
     "AccessLevel",
     "AnthropicModelConfig",
     "MemorySettings",
@@ -288,7 +315,8 @@ __all__ = [
     "ScriptedRule",
     "ThinkingMode",
     "ToolFilter",
-    "install_bundled_personas",
+    "WebSettings",
+    "install_personas",
     "load_persona",
     "load_persona_dir",
     "load_settings",

@@ -1,109 +1,74 @@
 """The turn context: what a tool sees of the turn that called it.
 
-Tools reach other actors only through the services here — small protocols
-defined in ``runtime`` and implemented by ``actors`` (faked in unit tests).
+Tools reach other actors only through :class:`Services` — the small protocols
+of :mod:`runtime.services`, implemented in-process or by ``actors`` (faked in
+unit tests) — and read the runtime's settings from ``ctx.settings``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from runtime.config import AccessLevel, ThinkingMode, ToolFilter
-from runtime.messages import (
-    ChatMessage,
-    MessageEnvelope,
-    ReplyEnvelope,
-    TurnContextKind,
-    TurnEvent,
-)
-from runtime.processes import ProcessService
+from runtime.config import AccessLevel, RuntimeSettings, ThinkingMode, ToolFilter
+from runtime.messages import ChatMessage, TurnContextKind
+from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 
 BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
 
 
-class AuditSink(Protocol):
-    """Where turn events go; buffered by the implementation."""
+class BackgroundTasks:
+    """Tasks a tool leaves running after its call (e.g. a completion watcher).
 
-    def record(self, event: TurnEvent) -> None: ...
-
-    async def flush(self) -> None: ...
-
-
-class Messenger(Protocol):
-    """Delivery between personas (the router in a cluster, a hub in-process)."""
-
-    async def ask(self, envelope: MessageEnvelope, *, timeout: float) -> ReplyEnvelope:
-        """Deliver and wait for the reply.
-
-        Raises ``TimeoutError`` after ``timeout`` seconds (the target's turn
-        goes on), :class:`~runtime.errors.UnknownPersonaError`, or a
-        :class:`~runtime.errors.DeliveryError` such as ``QueueFullError``.
-        """
-        ...
-
-    async def post(self, envelope: MessageEnvelope) -> None:
-        """Deliver without waiting for the turn; raises if it was not accepted."""
-        ...
-
-
-class MemoryService(Protocol):
-    """Long-term memory of *one* persona (the runtime binds the persona).
-
-    Rows cross actor boundaries as plain dicts. Input problems raise
-    :class:`~runtime.errors.ToolError` (the model reads them).
+    Owned by the persona: :meth:`aclose` cancels whatever is still running, so
+    nothing outlives the persona that started it.
     """
 
-    async def write(self, *, category: str, content: str, importance: int) -> dict[str, Any]: ...
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def update(
-        self,
-        memory_id: str,
-        *,
-        content: str,
-        category: str | None = None,
-        importance: int | None = None,
-    ) -> dict[str, Any]: ...
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], *, name: str | None = None
+    ) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def delete(self, memory_id: str) -> None: ...
+    def __len__(self) -> int:
+        return len(self._tasks)
 
-    async def recall(
-        self,
-        *,
-        query: str = "",
-        source: str = "all",
-        category: str | None = None,
-        limit: int = 8,
-        date: str | None = None,
-    ) -> list[dict[str, Any]]: ...
-
-    async def ingest(self, *, source: str, text: str) -> dict[str, Any]: ...
-
-    async def write_user_model(
-        self, *, dimension: str, content: str, confidence: int
-    ) -> dict[str, Any]: ...
-
-    async def user_model(self) -> list[dict[str, Any]]:
-        """Every dimension of the persona's user model (cached by clients)."""
-        ...
+    async def aclose(self) -> None:
+        tasks, self._tasks = list(self._tasks), set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class NullAudit:
-    """An audit sink that keeps events in a list (tests, in-process runs)."""
+class KeyedLocks:
+    """One asyncio lock per key, kept only while someone holds or waits for it."""
 
     def __init__(self) -> None:
-        self.events: list[TurnEvent] = []
+        self._locks: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
-    def record(self, event: TurnEvent) -> None:
-        self.events.append(event)
+    def __call__(self, key: Hashable) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        return lock
 
-    async def flush(self) -> None:
-        return None
+    def __len__(self) -> int:
+        return len(self._locks)
 
 
 class TodoItem(BaseModel):
@@ -133,15 +98,15 @@ class Conversation:
 
 @dataclass
 class Services:
-    """Handles to the rest of the runtime; each may be absent."""
+    """Handles to the rest of the runtime (each may be absent), and what the
+    persona owns for its tools: background tasks and per-file locks."""
 
     audit: AuditSink = field(default_factory=NullAudit)
     messenger: Messenger | None = None
     memory: MemoryService | None = None
-    # Background shell processes (see runtime.processes when present).
     processes: ProcessService | None = None
-    # Filled in by later capabilities (scheduler…).
-    extra: dict[str, Any] = field(default_factory=dict)
+    background: BackgroundTasks = field(default_factory=BackgroundTasks)
+    file_locks: KeyedLocks = field(default_factory=KeyedLocks)
 
 
 @dataclass
@@ -171,6 +136,7 @@ class TurnContext:
     persona_dir: Path | None = None
     home: Path | None = None
     access: AccessLevel = "workspace"
+    settings: RuntimeSettings = field(default_factory=RuntimeSettings)
 
     @property
     def conversation_id(self) -> str:
@@ -192,12 +158,10 @@ class TurnContext:
 
 __all__ = [
     "BACKGROUND_CONTEXTS",
-    "AuditSink",
+    "BackgroundTasks",
     "Conversation",
     "EndTask",
-    "MemoryService",
-    "Messenger",
-    "NullAudit",
+    "KeyedLocks",
     "Services",
     "TodoItem",
     "TurnContext",

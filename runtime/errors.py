@@ -18,15 +18,72 @@ returned as tool-result strings (see ``runtime.runner``).
     │   ├── TurnFailedError         the target's turn crashed
     │   ├── QueueFullError          the target's queue of persona messages is full
     │   ├── PersonaPassivatedError  the actor is closing; resolve the persona again
-    │   └── AskCycleError           the ask would wait on a persona waiting on the asker
-    └── AuditQueryError             an audit query was refused or failed
+    │   ├── AskCycleError           the ask would wait on a persona waiting on the asker
+    │   └── ActorLostError          an actor's process is gone (it may be restarting)
+    ├── AuditQueryError             an audit query was refused or failed
+    ├── AuditOverloadedError        the audit log holds too many unwritten rows right now
+    └── AuditSpoolInUseError        another audit buffer holds the spool file
 
     ToolError                       (apart from the tree) a tool's failure the
                                     model should read: the runner turns it into
                                     {"error": kind, "detail": …}
+
+:data:`ErrorKind` is the one vocabulary of those kinds: every ``ToolError``,
+every runner outcome and the ``error_kind`` column of the audit log use it
+(the README's reliability section lists them with their meaning).
 """
 
 from __future__ import annotations
+
+from typing import Literal, get_args
+
+#: Every error kind a tool result or an audit row can carry. Grouped by where
+#: they arise; the README lists them with their meaning.
+ErrorKind = Literal[
+    # the runner and the loop
+    "timeout",
+    "crashed",
+    "unknown_tool",
+    "invalid_arguments",
+    "repeated_call",
+    "runner_exception",
+    # any tool
+    "unavailable",
+    "not_found",
+    "too_large",
+    # personas talking to each other
+    "unknown_persona",
+    "invalid_target",
+    "ask_cycle",
+    "delivery_failed",
+    # files and paths
+    "invalid_path",
+    "path_denied",
+    "is_directory",
+    "not_a_directory",
+    "binary_file",
+    "not_utf8",
+    "unreadable",
+    "already_exists",
+    "write_failed",
+    "no_change",
+    "ambiguous_match",
+    "disproportionate_match",
+    # shell processes
+    "not_running",
+    "missing_secret",
+    # the web
+    "invalid_url",
+    "too_many_redirects",
+    "http_error",
+    "fetch_failed",
+    "unsupported_content",
+    "search_failed",
+    # audit rows only: a failed model call, a turn that failed or errored
+    "model_error",
+    "turn_error",
+]
+ERROR_KINDS: frozenset[str] = frozenset(get_args(ErrorKind))
 
 
 class CoterieError(Exception):
@@ -148,17 +205,63 @@ class AskCycleError(DeliveryError):
         return (type(self), (self.cycle,))
 
 
+class ActorLostError(DeliveryError):
+    """The actor a call went to is gone: killed, crashed, or not reachable yet.
+
+    Raised by the transports that carry calls between actors; the caller
+    decides whether to wait for a restart and try again.
+    """
+
+
 class AuditQueryError(CoterieError):
     """An audit query was refused (not read-only) or failed."""
 
 
-class ToolError(Exception):
-    """A tool's expected failure, reported to the model (not a runtime fault)."""
+class AuditOverloadedError(CoterieError):
+    """The audit log holds too many unwritten rows to accept more right now."""
 
-    def __init__(self, kind: str, detail: str) -> None:
-        self.kind = kind
+
+class AuditSpoolInUseError(CoterieError):
+    """Another audit buffer (in this or another process) holds the spool file."""
+
+
+class ToolError(Exception):
+    """A tool's expected failure, reported to the model (not a runtime fault).
+
+    ``kind`` is one of :data:`ErrorKind`; anything else is a bug and raises
+    ``ValueError`` at once.
+    """
+
+    def __init__(self, kind: ErrorKind, detail: str) -> None:
+        if kind not in ERROR_KINDS:
+            raise ValueError(f"unknown error kind {kind!r} (see runtime.errors.ErrorKind)")
+        self.kind: ErrorKind = kind
         self.detail = detail
         super().__init__(f"{kind}: {detail}")
 
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+    def __reduce__(self) -> tuple[type, tuple[ErrorKind, str]]:
         return (type(self), (self.kind, self.detail))
+
+
+__all__ = [
+    "ERROR_KINDS",
+    "ActorLostError",
+    "AskCycleError",
+    "AuditOverloadedError",
+    "AuditQueryError",
+    "AuditSpoolInUseError",
+    "ConfigError",
+    "CoterieError",
+    "DeliveryError",
+    "ErrorKind",
+    "MissingAPIKeyError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelTimeoutError",
+    "PersonaConfigError",
+    "PersonaPassivatedError",
+    "QueueFullError",
+    "ToolError",
+    "TurnFailedError",
+    "UnknownPersonaError",
+]

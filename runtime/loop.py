@@ -218,14 +218,15 @@ class TurnLoop:
             thinking=ctx.thinking_on if thinking is None else thinking,
             max_tokens=self.max_tokens,
             step=result.steps,
+            context=ctx.context,
         )
         started = time.perf_counter()
         try:
             response: ModelResponse = await self.model.request(request)
         except ModelError as exc:
-            self._record_call(ctx, result, started, error=str(exc))
+            self._record_call(ctx, result, request, started, error=str(exc))
             raise
-        self._record_call(ctx, result, started, response=response)
+        self._record_call(ctx, result, request, started, response=response)
         message = response.message
         if choice.kind == "none" and message.tool_calls:
             # Tools were withdrawn; a model that calls one anyway gets its text kept only.
@@ -237,6 +238,7 @@ class TurnLoop:
         self,
         ctx: TurnContext,
         result: TurnResult,
+        request: ModelRequest,
         started: float,
         *,
         response: ModelResponse | None = None,
@@ -254,6 +256,7 @@ class TurnLoop:
                 input_tokens=response.usage.input_tokens if response else 0,
                 output_tokens=response.usage.output_tokens if response else 0,
                 tool_calls=len(response.message.tool_calls) if response else 0,
+                messages=len(request.messages),
                 stop_reason=response.stop_reason if response else None,
                 error=error,
             )

@@ -81,6 +81,8 @@ class ToolResultMessage(_Model):
     call_id: str
     name: str
     content: str
+    # One of runtime.errors.ErrorKind when written now; a str so that logs
+    # written by earlier versions (other spellings) still rebuild.
     error_kind: str | None = None
     ts: float = Field(default_factory=now)
 
@@ -123,6 +125,9 @@ ToolChoice = Annotated[
 ]
 
 
+TurnContextKind = Literal["user", "heartbeat", "cron", "subagent", "eval"]
+
+
 class ModelRequest(_Model):
     """One call to a model: system prompt, history, tools and settings."""
 
@@ -134,6 +139,8 @@ class ModelRequest(_Model):
     max_tokens: int = 4096
     # 1-based index of this model call within the current turn.
     step: int = 1
+    # What started the turn (a person, a heartbeat, a cron entry…).
+    context: TurnContextKind = "user"
 
 
 class Usage(_Model):
@@ -152,8 +159,6 @@ class ModelResponse(_Model):
 # --------------------------------------------------------------------------
 # Envelopes: what travels between actors
 # --------------------------------------------------------------------------
-
-TurnContextKind = Literal["user", "heartbeat", "cron", "subagent", "eval"]
 
 
 class Origin(_Model):
@@ -246,6 +251,8 @@ class ModelCalled(_Event):
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0
+    # Chat messages the request carried (the conversation the model saw).
+    messages: int = 0
     stop_reason: str | None = None
     error: str | None = None
 

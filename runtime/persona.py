@@ -13,7 +13,11 @@
   (``max_queue``); messages from people are never refused;
 - a ``send_to_persona`` message (``reply_mode="mirror"``) has its reply
   posted back into the sender's inbox conversation, unless the turn ended
-  with ``end_task(status="skipped")``.
+  with ``end_task(status="skipped")``;
+- once closing (passivation, shutdown) it refuses new messages with
+  :class:`~runtime.errors.PersonaPassivatedError`, so callers resolve the
+  persona again; :meth:`PersonaRuntime.close_if_idle` closes it only if
+  nothing is running.
 """
 
 from __future__ import annotations
@@ -25,17 +29,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.config import Persona
-from runtime.context import (
-    AuditSink,
-    Conversation,
-    MemoryService,
-    Messenger,
-    NullAudit,
-    Services,
-    TurnContext,
-)
-from runtime.errors import CoterieError, QueueFullError
+from runtime.config import Persona, RuntimeSettings
+from runtime.context import Conversation, Services, TurnContext
+from runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
 from runtime.loop import TurnLoop, TurnResult
 from runtime.messages import (
     ChatMessage,
@@ -51,15 +47,14 @@ from runtime.messages import (
     new_id,
 )
 from runtime.models.base import Model
-from runtime.processes import ProcessService
 from runtime.prompt import build_system_prompt
 from runtime.runner import ToolRunner
+from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 from runtime.tool import ToolRegistry
 
 log = logging.getLogger("coterie.persona")
 
 HistoryLoader = Callable[[str], Awaitable[list[ChatMessage]]]
-DEFAULT_MAX_QUEUE = 256
 
 
 @dataclass
@@ -109,19 +104,22 @@ class PersonaRuntime:
         roster: Sequence[tuple[str, str]] = (),
         history_loader: HistoryLoader | None = None,
         spill_dir: Path | None = None,
-        max_queue: int = DEFAULT_MAX_QUEUE,
+        settings: RuntimeSettings | None = None,
     ) -> None:
         self.persona = persona
         self.model = model
         self.registry = registry
-        self.audit: AuditSink = audit or NullAudit()
-        self.messenger = messenger
-        self.memory = memory
-        self.processes = processes
+        self.settings = settings or RuntimeSettings()
+        # One Services for every turn: background tasks and file locks are the
+        # persona's, not a turn's.
+        self.services = Services(
+            audit=audit or NullAudit(), messenger=messenger, memory=memory, processes=processes
+        )
         self.roster = list(roster)
         self.history_loader = history_loader
         self.spill_dir = spill_dir or persona.path / ".spill"
-        self.max_queue = max_queue
+        self.max_queue = self.settings.max_queue
+        self.closing = False
         cfg = persona.config
         self.loop = TurnLoop(
             model=model,
@@ -137,6 +135,30 @@ class PersonaRuntime:
     @property
     def name(self) -> str:
         return self.persona.name
+
+    @property
+    def audit(self) -> AuditSink:
+        return self.services.audit
+
+    @property
+    def messenger(self) -> Messenger | None:
+        return self.services.messenger
+
+    @messenger.setter
+    def messenger(self, value: Messenger | None) -> None:
+        self.services.messenger = value
+
+    @property
+    def memory(self) -> MemoryService | None:
+        return self.services.memory
+
+    @property
+    def processes(self) -> ProcessService | None:
+        return self.services.processes
+
+    @processes.setter
+    def processes(self, value: ProcessService | None) -> None:
+        self.services.processes = value
 
     def conversation(self, conversation_id: str) -> Conversation:
         """The conversation's state (created empty when new)."""
@@ -160,6 +182,8 @@ class PersonaRuntime:
     # -- accepting messages ----------------------------------------------
 
     def _accept(self, envelope: MessageEnvelope, *, wait: bool) -> _Pending:
+        if self.closing:
+            raise PersonaPassivatedError(f"persona {self.name!r} is closing")
         slot = self._slot(envelope.conversation_id)
         if envelope.source_kind == "persona":
             queued = slot.persona_sourced_queued()
@@ -289,12 +313,7 @@ class PersonaRuntime:
             context=envelopes[0].context,
             tool_filter=self.persona.config.tools,
             thinking_mode=self.persona.config.thinking,
-            services=Services(
-                audit=self.audit,
-                messenger=self.messenger,
-                memory=self.memory,
-                processes=self.processes,
-            ),
+            services=self.services,
             roster=self.roster,
             ask_path=ask_path,
             interrupted=lambda: slot.interrupt,
@@ -303,6 +322,7 @@ class PersonaRuntime:
             persona_dir=self.persona.path,
             home=self.persona.path.parent.parent,
             access=self.persona.config.access,
+            settings=self.settings,
         )
         started = time.perf_counter()
         self.audit.record(
@@ -359,9 +379,27 @@ class PersonaRuntime:
             )
         )
 
+    async def close_if_idle(self, idle_timeout: float) -> bool:
+        """Close (see :meth:`aclose`) if no turn ran for ``idle_timeout`` seconds
+        and no background command is running; whether it closed."""
+        if self.closing:
+            return True
+        if self.busy() or self.idle_for() < idle_timeout:
+            return False
+        if self.processes is not None and await self.processes.running():
+            return False  # background commands still running: not idle
+        await self.aclose()
+        return True
+
     async def aclose(self) -> None:
+        """Refuse new messages, stop what tools left running (background tasks,
+        shell processes), flush the audit sink and close the model."""
+        self.closing = True
+        await self.services.background.aclose()
+        if self.processes is not None:
+            await self.processes.close()
         await self.audit.flush()
         await self.model.aclose()
 
 
-__all__ = ["DEFAULT_MAX_QUEUE", "HistoryLoader", "PersonaRuntime", "render_input"]
+__all__ = ["HistoryLoader", "PersonaRuntime", "render_input"]

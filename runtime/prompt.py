@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, tzinfo
-from typing import Any
 
 from runtime.config import Persona
+from runtime.memory.records import UserModelRow
 
 
 def build_system_prompt(
     persona: Persona,
     *,
     roster: Sequence[tuple[str, str]] = (),
-    user_model: Sequence[Mapping[str, Any]] = (),
+    user_model: Sequence[UserModelRow] = (),
     tz: tzinfo | None = None,
     today: datetime | None = None,
 ) -> str:
@@ -25,7 +25,7 @@ def build_system_prompt(
     )
     if user_model:
         lines = "\n".join(
-            f"- {row['dimension']} (confidence {row['confidence']}/10): {row['content']}"
+            f"- {row.dimension} (confidence {row.confidence}/10): {row.content}"
             for row in user_model
         )
         parts.append(f"## What you know about the user\n{lines}")

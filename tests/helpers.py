@@ -7,17 +7,13 @@ from typing import Any
 
 import yaml
 
-from runtime.context import Conversation, TurnContext
-from runtime.messages import UserMessage
+from runtime.context import TurnContext
+from runtime.testing import turn_context
 
 
 def make_ctx(text: str = "hi", **kwargs: Any) -> TurnContext:
     """A turn context on a fresh conversation holding one user message."""
-    conversation = Conversation("test:conv")
-    conversation.history.append(UserMessage(text=text))
-    kwargs.setdefault("persona", "tester")
-    kwargs.setdefault("turn_id", "turn_test")
-    return TurnContext(conversation=conversation, **kwargs)
+    return turn_context(text, **kwargs)
 
 
 def write_persona(home: Path, name: str, config: dict[str, Any], soul: str = "") -> Path:

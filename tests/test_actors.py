@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import ray
 
-from actors.api import Runtime
-from actors.naming import router_name
+from actors import router_name
+from coterie import Runtime
 from runtime.errors import PersonaConfigError, UnknownPersonaError
 from runtime.messages import MessageEnvelope, ReplyEnvelope
 from tests.helpers import scripted, write_persona
@@ -150,6 +150,6 @@ def test_scripted_persona_does_not_load_sdks(rt: Runtime) -> None:
 
 
 def test_personas_listing(rt: Runtime) -> None:
-    listing = {p["name"]: p for p in rt.personas()}
+    listing = {p.name: p for p in rt.personas()}
     assert set(listing) >= {"echo", "toolish", "slow", "keyless"}
-    assert listing["echo"]["description"] == "echoes"
+    assert listing["echo"].description == "echoes"

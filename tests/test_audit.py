@@ -14,9 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from runtime.audit import EVENT_COLUMNS, AuditWriter, read_only_query
-from runtime.audit_buffer import AuditBuffer, event_to_row
-from runtime.context import AuditSink
+from runtime.audit import EVENT_COLUMNS, AuditBuffer, AuditWriter, event_to_row, read_only_query
 from runtime.errors import AuditQueryError
 from runtime.messages import (
     AssistantMessage,
@@ -35,6 +33,7 @@ from runtime.messages import (
     UserMessage,
     turn_event_adapter,
 )
+from runtime.services import AuditSink
 
 BASE = dict(persona="scribe", conversation_id="c1", turn_id="turn_1")
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import ray
 
-from actors.audit import audit_buffer_for, get_or_create_audit_log
+from actors._ray import audit_buffer_for
+from actors.audit import get_or_create_audit_log
 from runtime.audit import AuditLogStats, event_to_row
 from runtime.errors import AuditQueryError
 from runtime.messages import HistoryAppended, ModelCalled, UserMessage
@@ -78,35 +79,35 @@ def test_append_batches_and_query_sees_them(make_log: Any) -> None:
     log = make_log(flush_interval=60)  # no timer flush: the query must flush
     for _ in range(4):
         assert ray.get(log.append.remote(rows(250))) == 250
-    assert stats(log)["pending"] == 1000
+    assert stats(log).pending == 1000
     assert count(log) == 1000
     s = stats(log)
-    assert (s["rows_written"], s["pending"], s["write_errors"]) == (1000, 0, 0)
+    assert (s.rows_written, s.pending, s.write_errors) == (1000, 0, 0)
     # Buffered batches became one DuckDB write.
-    assert s["batches_written"] == 1
+    assert s.batches_written == 1
 
 
 def test_flush_when_flush_rows_reached(make_log: Any) -> None:
     log = make_log(flush_interval=60, flush_rows=100)
     ray.get(log.append.remote(rows(60)))
-    assert stats(log)["pending"] == 60
+    assert stats(log).pending == 60
     ray.get(log.append.remote(rows(60)))
     s = stats(log)
-    assert (s["rows_written"], s["pending"]) == (120, 0)
+    assert (s.rows_written, s.pending) == (120, 0)
 
 
 def test_timer_flush(make_log: Any) -> None:
     log = make_log(flush_interval=0.2)
     ray.get(log.append.remote(rows(10)))
-    assert wait_for(lambda: stats(log)["rows_written"] == 10)
-    assert stats(log)["pending"] == 0
+    assert wait_for(lambda: stats(log).rows_written == 10)
+    assert stats(log).pending == 0
 
 
 def test_shutdown_flushes_and_closes(make_log: Any, tmp_path: Path) -> None:
     log = make_log(flush_interval=60)
     ray.get(log.append.remote(rows(42)))
     final: AuditLogStats = ray.get(log.shutdown.remote())
-    assert (final["rows_written"], final["pending"]) == (42, 0)
+    assert (final.rows_written, final.pending) == (42, 0)
     with pytest.raises(RuntimeError, match="shut down"):
         ray.get(log.append.remote(rows(1)))
     # The file is released: it can be read without the actor.
@@ -142,7 +143,7 @@ def test_write_error_counted_and_rows_kept_until_cause_goes_away(
     make_log: Any, tmp_path: Path
 ) -> None:
     log = make_log(flush_interval=60)
-    assert stats(log)["rows_written"] == 0  # the actor has created and checkpointed the file
+    assert stats(log).rows_written == 0  # the actor has created and checkpointed the file
     wal = tmp_path / "home" / "audit.duckdb.wal"
     # The file system refuses the write-ahead log, as a full or read-only disk would.
     os.mkdir(wal)
@@ -152,14 +153,14 @@ def test_write_error_counted_and_rows_kept_until_cause_goes_away(
         ray.get(log.append.remote(rows(20)))
         assert ray.get(log.flush.remote()) == 0
         s = stats(log)
-        assert s["write_errors"] == 2
-        assert s["pending"] == 50 and s["rows_written"] == 0
-        assert s["last_error"] is not None and "wal" in s["last_error"]
+        assert s.write_errors == 2
+        assert s.pending == 50 and s.rows_written == 0
+        assert s.last_error is not None and "wal" in s.last_error
     finally:
         os.rmdir(wal)
     assert ray.get(log.flush.remote()) == 50
     s = stats(log)
-    assert (s["pending"], s["rows_written"], s["write_errors"]) == (0, 50, 2)
+    assert (s.pending, s.rows_written, s.write_errors) == (0, 50, 2)
     tokens = ray.get(log.query.remote("SELECT input_tokens FROM events ORDER BY ts, seq")).rows
     assert [t for (t,) in tokens] == list(range(30)) + list(range(20))
 
@@ -171,11 +172,11 @@ def test_timer_retries_failed_write(make_log: Any, tmp_path: Path) -> None:
     os.mkdir(wal)
     try:
         ray.get(log.append.remote(rows(5)))
-        assert wait_for(lambda: stats(log)["write_errors"] >= 2)
+        assert wait_for(lambda: stats(log).write_errors >= 2)
     finally:
         os.rmdir(wal)
-    assert wait_for(lambda: stats(log)["rows_written"] == 5)
-    assert stats(log)["pending"] == 0
+    assert wait_for(lambda: stats(log).rows_written == 5)
+    assert stats(log).pending == 0
 
 
 def test_malformed_row_does_not_block_the_log(make_log: Any) -> None:
@@ -185,23 +186,23 @@ def test_malformed_row_does_not_block_the_log(make_log: Any) -> None:
     ray.get(log.append.remote([good[0], bad, *good[1:]]))
     assert ray.get(log.flush.remote()) == 3
     s = stats(log)
-    assert (s["rows_written"], s["rows_rejected"], s["pending"], s["write_errors"]) == (3, 1, 0, 0)
+    assert (s.rows_written, s.rows_rejected, s.pending, s.write_errors) == (3, 1, 0, 0)
     rejected = ray.get(log.query.remote("SELECT row::JSON->>'$.id', error FROM rejected_rows"))
     assert rejected.rows[0][0] == "bad" and "int32" in rejected.rows[0][1]
 
 
 def test_overloaded_log_refuses_and_buffer_retries(make_log: Any, tmp_path: Path) -> None:
     # max_pending is not exposed by get_or_create_audit_log: create directly.
-    from actors.audit import AuditLogActorRemote
+    from actors.audit import AuditLogActor
 
-    log = AuditLogActorRemote.remote(  # type: ignore[attr-defined]
+    log = AuditLogActor.remote(  # type: ignore[attr-defined]
         str(tmp_path / "small.duckdb"), flush_interval=60, flush_rows=10_000, max_pending=100
     )
     try:
         ray.get(log.append.remote(rows(80)))
         with pytest.raises(Exception, match="unwritten rows"):
             ray.get(log.append.remote(rows(30)))
-        assert stats(log)["pending"] == 80
+        assert stats(log).pending == 80
     finally:
         ray.kill(log)
 
@@ -212,8 +213,8 @@ def test_get_or_create_returns_the_same_actor(make_log: Any, tmp_path: Path) -> 
     try:
         b = get_or_create_audit_log(str(tmp_path / "other.duckdb"), name=name)
         ray.get(a.append.remote(rows(2)))
-        assert stats(b)["pending"] == 2
-        assert stats(b)["path"] == str(tmp_path / "a.duckdb")
+        assert stats(b).pending == 2
+        assert stats(b).path == str(tmp_path / "a.duckdb")
     finally:
         ray.kill(a)
 
@@ -250,7 +251,7 @@ def test_replayed_append_skips_rows_already_written_or_pending(make_log: Any) ->
     result = ray.get(log.query.remote("SELECT count(*), count(DISTINCT id) FROM events"))
     assert result.rows == [(10, 10)]
     s = stats(log)
-    assert (s["rows_written"], s["duplicates_skipped"], s["pending"]) == (10, 5 + 10, 0)
+    assert (s.rows_written, s.duplicates_skipped, s.pending) == (10, 5 + 10, 0)
 
 
 async def test_killed_persona_process_loses_no_row(make_log: Any, tmp_path: Path) -> None:

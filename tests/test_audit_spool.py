@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-import runtime.audit_buffer as audit_buffer
-from runtime.audit import AuditWriter
-from runtime.audit_buffer import AuditBuffer, AuditSpoolInUseError, Row
+from runtime.audit import AuditBuffer, AuditWriter, Row
+from runtime.errors import AuditSpoolInUseError
 from runtime.messages import (
     AssistantMessage,
     EnvelopeEvent,
@@ -372,11 +371,10 @@ def test_spool_needs_replay(spool: Path) -> None:
         AuditBuffer(Receiver().send, spool_path=spool)
 
 
-def test_one_buffer_per_spool(spool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(audit_buffer, "_LOCK_WAIT", 0.05)
+def test_one_buffer_per_spool(spool: Path) -> None:
     buf = Receiver().buffer(spool)
     with pytest.raises(AuditSpoolInUseError, match="in use"):
-        Receiver().buffer(spool)
+        Receiver().buffer(spool, spool_lock_wait=0.05)
     abandon(buf)  # the lock goes with the process
     abandon(Receiver().buffer(spool))
 
@@ -434,7 +432,7 @@ async def test_spool_is_compacted_during_an_outage(spool: Path) -> None:
 
 CHILD = """
 import asyncio, sys
-from runtime.audit_buffer import AuditBuffer
+from runtime.audit import AuditBuffer
 from runtime.messages import TurnStarted
 
 async def never(rows):  # the audit log is unreachable: a send that never returns

@@ -18,7 +18,7 @@ def coterie(
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["COLUMNS"] = "200"
     return subprocess.run(
-        [sys.executable, "-m", "actors.cli", "--home", str(home), *args],
+        [sys.executable, "-m", "coterie", "--home", str(home), *args],
         cwd=ROOT,
         env=env,
         input=stdin,

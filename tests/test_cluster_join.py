@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ray
 
-from actors.naming import NAMESPACE, audit_name, persona_actor_name, router_name, runtime_id
+from actors import NAMESPACE, audit_name, persona_actor_name, router_name, runtime_id
 from tests.helpers import scripted, write_persona
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,7 @@ def run_cli(address: str, home: Path, *args: str) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["COLUMNS"] = "200"
     return subprocess.run(
-        [sys.executable, "-m", "actors.cli", "--home", str(home), "--address", address, *args],
+        [sys.executable, "-m", "coterie", "--home", str(home), "--address", address, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

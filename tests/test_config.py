@@ -8,7 +8,7 @@ import pytest
 
 from runtime.config import (
     OpenAIModelConfig,
-    install_bundled_personas,
+    install_personas,
     load_persona,
     persona_names,
     resolve_home,
@@ -104,9 +104,14 @@ def test_unknown_persona_lists_known(tmp_path: Path) -> None:
 
 
 def test_bundled_personas_install_and_load(tmp_path: Path) -> None:
-    written = install_bundled_personas(tmp_path)
-    assert len(written) >= 3
+    from coterie.demo import BUNDLED_PERSONAS, DEMO_PERSONAS
+
+    written = install_personas(tmp_path, BUNDLED_PERSONAS)
+    # Exactly the personas the demo talks to (and the README names).
+    assert written == sorted(DEMO_PERSONAS)
     for name in written:
         load_persona(tmp_path, name)
     # A second install leaves the user's copies alone.
-    assert install_bundled_personas(tmp_path) == []
+    (tmp_path / "personas" / "planner" / "SOUL.md").write_text("mine", encoding="utf-8")
+    assert install_personas(tmp_path, BUNDLED_PERSONAS) == []
+    assert (tmp_path / "personas" / "planner" / "SOUL.md").read_text(encoding="utf-8") == "mine"

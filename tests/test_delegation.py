@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import ray
 
-from actors.api import Runtime
-from actors.naming import persona_actor_name
+from actors import persona_actor_name
+from coterie import Runtime
 from runtime.config import RuntimeSettings
 from runtime.errors import QueueFullError
 from runtime.messages import MessageEnvelope
@@ -23,6 +23,15 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 POST_ALPHA = {"persona": "alpha", "text": "fyi"}
+
+
+def seen_by_model(rt: Runtime, turn_id: str) -> int:
+    """How many chat messages the (single) model call of a turn carried."""
+    [(messages,)] = rt.query(
+        "select cast(payload->>'messages' as integer) from events "
+        f"where kind = 'model_call' and turn_id = '{turn_id}'"
+    ).rows
+    return int(messages)
 
 
 def ask_rule(target: str, text: str) -> dict[str, Any]:
@@ -154,10 +163,17 @@ def test_persona_killed_mid_turn_comes_back(rt: Runtime) -> None:
     assert "died while handling the message" in (reply.error or "")
     after = rt.ask("alpha", "again", conversation_id="alpha:kill")
     assert after.text == "alpha here", after.error
-    handle = ray.get_actor(persona_actor_name(rt.id, "alpha"), namespace=rt.namespace)
-    kinds = ray.get(handle.history.remote("alpha:kill"))
-    # The restarted actor rebuilt the whole conversation, the killed turn's message included.
-    assert kinds == ["user", "assistant", "user", "user", "assistant"]
+    # The restarted actor rebuilt the whole conversation, the killed turn's
+    # message included: the model of the next turn saw warm-up, its answer,
+    # the doomed message and the new one.
+    assert seen_by_model(rt, after.turn_id) == 4
+    assert [m.kind for m in rt.history("alpha", "alpha:kill")] == [
+        "user",
+        "assistant",
+        "user",
+        "user",
+        "assistant",
+    ]
     # No audit event was lost: the killed turn's envelope and start are there.
     rows = rt.query(
         "select kind, count(*) from events where conversation_id = 'alpha:kill' "
@@ -193,8 +209,9 @@ def test_passivation_round_trip(tmp_path: Path, ray_session: None) -> None:
             time.sleep(0.25)
         assert ray.get(rt.router.active.remote()) == []  # no process for an idle persona
         # The cached handle is stale; delivery re-resolves and reactivates.
-        assert rt.ask("idler", "two", conversation_id="idler:c").text == "still here"
-        handle = ray.get_actor(persona_actor_name(rt.id, "idler"), namespace=rt.namespace)
-        assert ray.get(handle.history.remote("idler:c")) == ["user", "assistant"] * 2
+        second = rt.ask("idler", "two", conversation_id="idler:c")
+        assert second.text == "still here"
+        # The new actor rebuilt the conversation: its model saw the first exchange.
+        assert seen_by_model(rt, second.turn_id) == 3
     finally:
         rt.shutdown()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.documents import read_document
 from runtime.errors import ToolError
+from runtime.memory.documents import read_document
 
 
 def make_pdf(pages: list[str]) -> bytes:
@@ -75,7 +75,7 @@ def test_non_utf8_text(tmp_path: Path) -> None:
     path.write_bytes("café crème".encode("latin-1"))
     with pytest.raises(ToolError) as exc:
         read_document(path)
-    assert _kind(exc) == "unreadable"
+    assert _kind(exc) == "not_utf8"
     assert "not UTF-8" in exc.value.detail
 
 
@@ -84,7 +84,7 @@ def test_binary_file(tmp_path: Path) -> None:
     path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     with pytest.raises(ToolError) as exc:
         read_document(path)
-    assert _kind(exc) == "unreadable"
+    assert _kind(exc) == "binary_file"
     assert "binary" in exc.value.detail
 
 

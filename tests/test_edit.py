@@ -42,8 +42,8 @@ def test_replace_all_lifts_uniqueness() -> None:
 
 
 def test_empty_and_identical_refused() -> None:
-    assert kind_of(replace, "abc", "", "x") == "invalid_argument"
-    assert kind_of(replace, "abc", "b", "b") == "invalid_argument"
+    assert kind_of(replace, "abc", "", "x") == "invalid_arguments"
+    assert kind_of(replace, "abc", "b", "b") == "invalid_arguments"
 
 
 def test_not_found() -> None:

@@ -82,7 +82,7 @@ async def test_read_errors(tmp_path: Path) -> None:
     assert err.kind == "not_utf8" and "offset 3" in err.detail
     assert (await error(F.file_read, ctx, path="sub")).kind == "is_directory"
     assert (await error(F.file_read, ctx, path="missing.txt")).kind == "not_found"
-    assert (await error(F.file_read, ctx, path="one.txt", offset=5)).kind == "invalid_argument"
+    assert (await error(F.file_read, ctx, path="one.txt", offset=5)).kind == "invalid_arguments"
     (ws(ctx) / "empty.txt").write_text("")
     assert await call(F.file_read, ctx, path="empty.txt") == "(empty file)"
 
@@ -246,7 +246,7 @@ async def test_grep_gitignore_binaries_and_secrets(tmp_path: Path) -> None:
     assert out == "app.py:2: print('hello')"
     out = await call(F.grep, ctx, pattern="hello", max_results=2)
     assert out.splitlines()[-1].startswith("[results cut at 2")
-    assert (await error(F.grep, ctx, pattern="(")).kind == "invalid_pattern"
+    assert (await error(F.grep, ctx, pattern="(")).kind == "invalid_arguments"
 
 
 async def test_grep_skips_symlinks_out(tmp_path: Path) -> None:

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 import pytest
 import ray
 
-from actors.api import Runtime
-from actors.memory_client import MemoryClient
-from actors.naming import memory_name
+from actors import memory_name
+from actors._ray import RayMemoryBackend
+from coterie import Runtime
 from runtime.config import MemorySettings, RuntimeSettings
 from runtime.errors import ToolError
+from runtime.memory import MemoryClient
 from tests.helpers import scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -78,50 +79,50 @@ def test_persona_memory_round_trip_and_isolation(rt: Runtime) -> None:
 async def test_concurrent_writes_are_batched(rt: Runtime) -> None:
     import asyncio
 
-    client = MemoryClient(rt.memory, "batcher")
+    client = MemoryClient(RayMemoryBackend(rt.memory), "batcher")
     before = await rt.memory.stats.remote()
     rows = await asyncio.gather(
         *(client.write(category="log", content=f"entry {i}", importance=3) for i in range(40))
     )
     after = await rt.memory.stats.remote()
-    assert len({r["id"] for r in rows}) == 40
-    assert after["writes"] - before["writes"] == 40
-    assert after["write_batches"] - before["write_batches"] < 10
+    assert len({r.id for r in rows}) == 40
+    assert after.writes - before.writes == 40
+    assert after.write_batches - before.write_batches < 10
     assert len(await client.recall(query="", limit=50)) == 40
 
 
 async def test_bad_input_is_a_tool_error(rt: Runtime) -> None:
-    client = MemoryClient(rt.memory, "writer")
+    client = MemoryClient(RayMemoryBackend(rt.memory), "writer")
     with pytest.raises(ToolError) as info:
         await client.update("no-such-id", content="x")
     assert info.value.kind == "not_found"
     with pytest.raises(ToolError) as info:
         await client.ingest(source="empty", text="   ")
-    assert info.value.kind == "invalid_input"
+    assert info.value.kind == "invalid_arguments"
 
 
 async def test_background_maintenance_does_not_block_queries(rt: Runtime) -> None:
     import asyncio
 
-    client = MemoryClient(rt.memory, "maint")
+    client = MemoryClient(RayMemoryBackend(rt.memory), "maint")
     await asyncio.gather(
         *(client.write(category="c", content=f"note {i}", importance=5) for i in range(20))
     )
     optimize = rt.memory.optimize.remote()
     hits = await client.recall(query="note 7")
     await optimize
-    assert hits and any("note 7" in h["content"] for h in hits)
+    assert hits and any("note 7" in h.content for h in hits)
     deadline = asyncio.get_running_loop().time() + 10
-    while (await rt.memory.stats.remote())["optimizations"] < 2:
+    while (await rt.memory.stats.remote()).optimizations < 2:
         assert asyncio.get_running_loop().time() < deadline, "no background optimize ran"
         await asyncio.sleep(0.2)
 
 
 async def test_user_model_cached_per_persona(rt: Runtime) -> None:
-    client = MemoryClient(rt.memory, "modeller")
+    client = MemoryClient(RayMemoryBackend(rt.memory), "modeller")
     assert await client.user_model() == []
     row = await client.write_user_model(dimension="goals", content="Run a marathon", confidence=7)
-    assert row["dimension"] == "goals"
-    assert [r["content"] for r in await client.user_model()] == ["Run a marathon"]
-    other = MemoryClient(rt.memory, "someone-else")
+    assert row.dimension == "goals"
+    assert [r.content for r in await client.user_model()] == ["Run a marathon"]
+    other = MemoryClient(RayMemoryBackend(rt.memory), "someone-else")
     assert await other.user_model() == []

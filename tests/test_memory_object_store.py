@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.embedders import HashingEmbedder
-from runtime.memory_store import MemoryStore
+from runtime.memory import HashingEmbedder, MemoryStore
 
 KEYS = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "aws_region": "us-east-1"}
 

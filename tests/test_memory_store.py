@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from runtime.embedders import HashingEmbedder, OpenAIEmbedder, build_embedder
 from runtime.errors import ConfigError, MissingAPIKeyError, ModelHTTPError, ToolError
-from runtime.memory_store import MemoryInput, MemoryStore
+from runtime.memory import HashingEmbedder, MemoryInput, MemoryStore, OpenAIEmbedder, build_embedder
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -291,8 +290,8 @@ def test_failed_ingest_keeps_the_old_chunks(store: MemoryStore, embedder: Counti
 def test_ingest_errors(tmp_path: Path, embedder: CountingEmbedder) -> None:
     store = MemoryStore(str(tmp_path / "db"), embedder, chunk_size=100, chunk_overlap=0)
     for kwargs, kind in [
-        ({"source": "s", "text": "  \n "}, "invalid_input"),
-        ({"source": " ", "text": "text"}, "invalid_input"),
+        ({"source": "s", "text": "  \n "}, "invalid_arguments"),
+        ({"source": " ", "text": "text"}, "invalid_arguments"),
         ({"source": "s", "text": "\n\n".join(["paragraph " * 9] * 2001)}, "too_large"),
     ]:
         with pytest.raises(ToolError) as exc:
@@ -325,15 +324,15 @@ def test_user_model_upsert(store: MemoryStore) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "kind"),
     [
-        ({"content": ""}, "invalid_input"),
-        ({"content": "   "}, "invalid_input"),
+        ({"content": ""}, "invalid_arguments"),
+        ({"content": "   "}, "invalid_arguments"),
         ({"content": "x" * 20_001}, "too_large"),
-        ({"content": "ok", "importance": 0}, "invalid_input"),
-        ({"content": "ok", "importance": 11}, "invalid_input"),
-        ({"content": "ok", "importance": True}, "invalid_input"),
-        ({"content": "ok", "importance": "5"}, "invalid_input"),
-        ({"content": "ok", "category": ""}, "invalid_input"),
-        ({"content": "ok", "category": "c" * 65}, "invalid_input"),
+        ({"content": "ok", "importance": 0}, "invalid_arguments"),
+        ({"content": "ok", "importance": 11}, "invalid_arguments"),
+        ({"content": "ok", "importance": True}, "invalid_arguments"),
+        ({"content": "ok", "importance": "5"}, "invalid_arguments"),
+        ({"content": "ok", "category": ""}, "invalid_arguments"),
+        ({"content": "ok", "category": "c" * 65}, "invalid_arguments"),
     ],
 )
 def test_bad_memory_input(store: MemoryStore, kwargs: dict[str, Any], kind: str) -> None:
@@ -348,21 +347,24 @@ def test_bad_ids_and_recall_arguments(store: MemoryStore) -> None:
     cases: list[tuple[Any, str]] = [
         (lambda: store.update_memory("ada", "no-such-id", content="x"), "not_found"),
         (lambda: store.delete_memory("ada", "00000000-0000-0000-0000-000000000000"), "not_found"),
-        (lambda: store.update_memory("ada", "", content="x"), "invalid_input"),
-        (lambda: store.update_memory("ada", row.id, content=" "), "invalid_input"),
-        (lambda: store.update_memory("ada", row.id, content="x", importance=42), "invalid_input"),
-        (lambda: store.recall("ada", query="x", limit=0), "invalid_input"),
-        (lambda: store.recall("ada", query="x", limit=51), "invalid_input"),
-        (lambda: store.recall("ada", query="x", source="web"), "invalid_input"),
-        (lambda: store.recall("ada", date="10/03/2025"), "invalid_input"),
-        (lambda: store.recall("ada", date="2025-02-30"), "invalid_input"),
-        (lambda: store.write_user_model("ada", dimension="", content="x"), "invalid_input"),
+        (lambda: store.update_memory("ada", "", content="x"), "invalid_arguments"),
+        (lambda: store.update_memory("ada", row.id, content=" "), "invalid_arguments"),
+        (
+            lambda: store.update_memory("ada", row.id, content="x", importance=42),
+            "invalid_arguments",
+        ),
+        (lambda: store.recall("ada", query="x", limit=0), "invalid_arguments"),
+        (lambda: store.recall("ada", query="x", limit=51), "invalid_arguments"),
+        (lambda: store.recall("ada", query="x", source="web"), "invalid_arguments"),
+        (lambda: store.recall("ada", date="10/03/2025"), "invalid_arguments"),
+        (lambda: store.recall("ada", date="2025-02-30"), "invalid_arguments"),
+        (lambda: store.write_user_model("ada", dimension="", content="x"), "invalid_arguments"),
         (lambda: store.write_user_model("ada", dimension="d", content="x", confidence=0), ""),
     ]
     for call, kind in cases:
         with pytest.raises(ToolError) as exc:
             call()
-        assert _kind(exc) == (kind or "invalid_input")
+        assert _kind(exc) == (kind or "invalid_arguments")
     with pytest.raises(ValueError):
         store.write_memory("", category="log", content="no persona")
     assert store.recall("ada", date=" 2025-03-10 ")[0].id == row.id

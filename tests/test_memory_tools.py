@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from runtime.config import load_persona
-from runtime.embedders import HashingEmbedder
-from runtime.memory_service import LocalMemory
-from runtime.memory_store import MemoryStore
+from runtime.memory import HashingEmbedder, MemoryClient, MemoryServer, MemoryStore
 from runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
 from runtime.models.scripted import ScriptedModel, tool_call
 from runtime.persona import PersonaRuntime
@@ -32,7 +30,10 @@ def persona_with(
     persona.workspace.mkdir(parents=True, exist_ok=True)
     model = ScriptedModel(steps)  # type: ignore[arg-type]
     runtime = PersonaRuntime(
-        persona, model=model, registry=builtin_registry(), memory=LocalMemory(store, name)
+        persona,
+        model=model,
+        registry=builtin_registry(),
+        memory=MemoryClient(MemoryServer.serving(store), name),
     )
     return runtime, model
 
@@ -204,7 +205,7 @@ async def test_knowledge_ingest_from_workspace_and_rails(
     ok, escape, link, latin, both, found = results(model)
     assert ok == "ingested pump: 1 chunk(s)"
     assert json.loads(escape)["error"] == json.loads(link)["error"] == "path_denied"
-    assert json.loads(latin)["error"] == "unreadable"
+    assert json.loads(latin)["error"] == "not_utf8"
     assert json.loads(both)["error"] == "invalid_arguments"
     assert found.startswith("[knowledge pump#0]") and "Bleed the valve" in found
 

@@ -6,11 +6,11 @@ import asyncio
 from pathlib import Path
 
 from runtime.config import load_persona
-from runtime.context import NullAudit
 from runtime.errors import MissingAPIKeyError
 from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse, UserMessage
 from runtime.models.scripted import FunctionModel, latest_user_text
 from runtime.persona import PersonaRuntime
+from runtime.services import NullAudit
 from tests.helpers import scripted, write_persona
 from tools import builtin_registry
 

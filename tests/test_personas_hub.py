@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import load_persona
+from runtime.config import RuntimeSettings, load_persona
 from runtime.errors import QueueFullError
 from runtime.hub import LocalHub
 from runtime.messages import (
@@ -27,12 +27,15 @@ from tools import builtin_registry
 Model = FunctionModel | ScriptedModel
 
 
-def build(tmp_path: Path, models: dict[str, Model], **kw: int) -> LocalHub:
+def build(tmp_path: Path, models: dict[str, Model], *, max_queue: int = 256) -> LocalHub:
     hub = LocalHub()
+    settings = RuntimeSettings(max_queue=max_queue)
     for name, model in models.items():
         write_persona(tmp_path, name, scripted(description=f"the {name} persona"))
         persona = load_persona(tmp_path, name)
-        hub.add(PersonaRuntime(persona, model=model, registry=builtin_registry(), **kw))  # type: ignore[arg-type]
+        hub.add(
+            PersonaRuntime(persona, model=model, registry=builtin_registry(), settings=settings)
+        )
     roster = hub.roster()
     for runtime in hub.personas.values():
         runtime.roster = roster

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from runtime.errors import ToolError
-from runtime.processes import (
+from runtime.shell import (
     SAFE_PATH,
     LocalProcesses,
     OutputBuffer,
@@ -124,7 +124,7 @@ async def test_secret_never_reaches_output(tmp_path: Path) -> None:
     h = ProcessHandle(s)
     await h.start()
     assert await h.wait(10)
-    text = h.read(0)["chunk"]
+    text = h.read(0).chunk
     assert "hunter2-secret" not in text and "[redacted:TOKEN]" in text
 
 
@@ -135,7 +135,7 @@ async def test_parent_secrets_not_inherited(
     h = ProcessHandle(spec("env", tmp_path))
     await h.start()
     await h.wait(10)
-    out = h.read(0)["chunk"]
+    out = h.read(0).chunk
     assert "leak" not in out and f"HOME={tmp_path}" in out
 
 
@@ -149,7 +149,7 @@ async def test_exit_code_merged_output_and_stdin(tmp_path: Path) -> None:
     await h.write(b"hello\n")
     assert await h.wait(10)
     r = h.read(0)
-    assert r["exit_code"] == 3 and r["chunk"] == "got hello\nerr\n" and not r["running"]
+    assert r.exit_code == 3 and r.chunk == "got hello\nerr\n" and not r.running
     with pytest.raises(ToolError):
         await h.write(b"late\n")
 
@@ -159,7 +159,7 @@ async def test_signals_allowlist(tmp_path: Path) -> None:
     await h.start()
     with pytest.raises(ToolError) as err:
         h.signal("stop")
-    assert err.value.kind == "invalid_signal"
+    assert err.value.kind == "invalid_arguments"
     assert h.signal("int")
     assert await h.wait(15)
     assert h.exit_code == -2 or h.exit_code == 130
@@ -208,15 +208,15 @@ async def test_timeout_kills(tmp_path: Path) -> None:
     await h.start()
     assert await h.wait(5)
     st = h.read(0)
-    assert st["timed_out"] and st["chunk"] == "start\n" and st["exit_code"] == -15
+    assert st.timed_out and st.chunk == "start\n" and st.exit_code == -15
 
 
 async def test_local_service_list_remove(tmp_path: Path) -> None:
     svc = LocalProcesses(bwrap=None)
     pid = await svc.start(spec("sleep 100", tmp_path))
-    assert pid.startswith("bg_") and [p["id"] for p in await svc.list()] == [pid]
+    assert pid.startswith("bg_") and [p.id for p in await svc.list()] == [pid]
     status = await svc.remove(pid)
-    assert not status["running"] and await svc.list() == []
+    assert not status.running and await svc.list() == []
     with pytest.raises(ToolError) as err:
         await svc.status(pid)
     assert err.value.kind == "not_found"
@@ -259,7 +259,7 @@ async def test_bwrap_confines(tmp_path: Path, access: str) -> None:
     h = ProcessHandle(s)
     await h.start()
     assert await h.wait(20)
-    out = h.read(0)["chunk"]
+    out = h.read(0).chunk
     assert "zzz" not in out and "noenv" in out and "bob's" not in out and "nobob" in out
     assert "pid=2" in out or "pid=1" in out  # its own pid namespace
     if access == "readonly":

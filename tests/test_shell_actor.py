@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import psutil
 import pytest
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.shell import ShellProcesses
 from runtime.context import Services, TurnContext
@@ -74,21 +76,19 @@ async def test_stdin_offsets_list_remove_cancel(tmp_path: Path, service: ShellPr
     res2 = await shell_exec.fn(
         ShellExecArgs(command="trap '' TERM; sleep 100", background=True), ctx
     )
-    actor = service.actor(res2["id"])
     listed = (await process.fn(ProcessArgs(action="list"), ctx))["processes"]
     assert {p["id"] for p in listed} == {pid, res2["id"]}
     shell_pid = listed[1]["pid"]
+    # The shell is a child of its ShellProcess actor's worker process.
+    worker = psutil.Process(shell_pid).parent()
+    assert worker is not None and worker.pid != os.getpid()
     cancelled = await task_cancel.fn(TaskIdArgs(id=res2["id"]), ctx)
     assert cancelled == {"cancelled": res2["id"], "exit_code": -9}
     assert not psutil.pid_exists(shell_pid) or psutil.Process(shell_pid).status() == "zombie"
     # The actor was killed with its process (ray.kill takes effect shortly after).
     deadline = time.monotonic() + 15
-    while True:
-        try:
-            await actor.status.remote()
-        except ray.exceptions.RayActorError:
-            break
-        assert time.monotonic() < deadline, "the cancelled process's actor kept answering"
+    while not gone(worker):
+        assert time.monotonic() < deadline, "the cancelled process's actor kept running"
         await asyncio.sleep(0.05)
 
     removed = await process.fn(ProcessArgs(action="remove", id=pid), ctx)
@@ -108,11 +108,43 @@ async def test_tool_errors_cross_the_actor(tmp_path: Path, service: ShellProcess
     assert err.value.kind == "not_running"
 
 
+def gone(process: psutil.Process) -> bool:
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def raylet_of(shell_pid: int) -> int:
+    """The raylet (node) whose worker runs the shell: its parent's parent."""
+    worker = psutil.Process(shell_pid).parent()
+    assert worker is not None
+    raylet = worker.parent()
+    assert raylet is not None and raylet.name() == "raylet"
+    return raylet.pid
+
+
+@ray.remote(num_cpus=0)
+class _Probe:
+    """An actor on a given node: reports that node's raylet."""
+
+    def raylet(self) -> int:
+        return os.getppid()
+
+
 async def test_placed_on_the_callers_node(service: ShellProcesses, tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path, service)
     res = await shell_exec.fn(ShellExecArgs(command="sleep 30", background=True), ctx)
-    node = await service.actor(res["id"]).node_id.remote()
-    assert node == ray.get_runtime_context().get_node_id() == service.node_id
+    here = ray.get_runtime_context().get_node_id()
+    probe = _Probe.options(  # type: ignore[attr-defined]
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+    ).remote()
+    try:
+        status = await service.status(res["id"])
+        assert status.pid is not None
+        assert raylet_of(status.pid) == await probe.raylet.remote()
+    finally:
+        ray.kill(probe)
 
 
 @ray.remote(num_cpus=0)
@@ -122,14 +154,16 @@ class _Owner:
     def __init__(self) -> None:
         self.svc = ShellProcesses(bwrap=None)
 
-    async def run(self, cwd: str) -> tuple[str, str]:
-        from runtime.processes import StartSpec, scrubbed_env
+    async def run(self, cwd: str) -> tuple[int, int]:
+        from runtime.shell import StartSpec, scrubbed_env
 
         spec = StartSpec("sleep 30", ["/bin/sh", "-c", "sleep 30"], cwd, scrubbed_env(home=cwd))
         pid = await self.svc.start(spec)
-        child: str = await self.svc.actor(pid).node_id.remote()
+        status = await self.svc.status(pid)
+        assert status.pid is not None
+        child = raylet_of(status.pid)
         await self.svc.remove(pid)
-        return child, ray.get_runtime_context().get_node_id()
+        return child, os.getppid()
 
 
 async def test_placed_on_the_owning_actors_node(ray_session: None, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.api import Runtime
+from coterie import Runtime
 from runtime.config import RuntimeSettings
 from tests.helpers import scripted, write_persona
 

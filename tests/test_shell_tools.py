@@ -13,7 +13,7 @@ import pytest
 from runtime.context import Services, TurnContext
 from runtime.errors import ToolError
 from runtime.messages import MessageEnvelope
-from runtime.processes import LocalProcesses, bwrap_available
+from runtime.shell import LocalProcesses, bwrap_available
 from runtime.tool import ToolRegistry
 from tests.helpers import make_ctx
 from tools.shell import (

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from runtime.config import RuntimeSettings, WebSettings
 from runtime.errors import ToolError
 from runtime.tool import ToolRegistry
 from tests.helpers import make_ctx
@@ -169,15 +170,16 @@ async def server() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def fetch(url: str, **kw: Any) -> str:
-    result = await web_fetch.fn(WebFetchArgs(url=url, **kw), make_ctx())
+async def fetch(url: str, *, web: WebSettings | None = None, **kw: Any) -> str:
+    ctx = make_ctx(settings=RuntimeSettings(web=web or WebSettings()))
+    result = await web_fetch.fn(WebFetchArgs(url=url, **kw), ctx)
     assert isinstance(result, str)
     return result
 
 
-async def fetch_error(url: str, **kw: Any) -> ToolError:
+async def fetch_error(url: str, *, web: WebSettings | None = None, **kw: Any) -> ToolError:
     with pytest.raises(ToolError) as info:
-        await fetch(url, **kw)
+        await fetch(url, web=web, **kw)
     return info.value
 
 
@@ -210,7 +212,10 @@ async def test_redirects_followed_up_to_the_cap(server: str) -> None:
     assert f"Fetched {server}/page" in out and f"Redirected from {server}/redirect/3" in out
     err = await fetch_error(f"{server}/redirect/10")
     assert err.kind == "too_many_redirects"
-    assert f"{webmod.MAX_REDIRECTS} redirects" in err.detail
+    assert f"{WebSettings().max_redirects} redirects" in err.detail
+    # The limit is the web: setting: two redirects are too many for a limit of one.
+    err = await fetch_error(f"{server}/redirect/2", web=WebSettings(max_redirects=1))
+    assert err.kind == "too_many_redirects" and "after 1 redirects" in err.detail
 
 
 async def test_redirect_to_other_scheme_refused(server: str) -> None:
@@ -226,9 +231,8 @@ async def test_only_http_schemes(url: str) -> None:
     assert err.kind == "invalid_url"
 
 
-async def test_size_cap_stops_reading(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webmod, "MAX_BYTES", 100_000)
-    out = await fetch(f"{server}/huge", max_chars=100_000)
+async def test_size_cap_stops_reading(server: str) -> None:
+    out = await fetch(f"{server}/huge", max_chars=100_000, web=WebSettings(max_bytes=100_000))
     assert len(body_of(out).strip()) == 100_000
     assert "download stopped after 100,000 bytes" in out
 
@@ -239,11 +243,10 @@ async def test_output_cap_noted(server: str) -> None:
     assert "output truncated to the first 1,000 of 50,000 characters" in out
 
 
-async def test_timeout(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webmod, "FETCH_TIMEOUT", 0.3)
+async def test_timeout(server: str) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
-    err = await fetch_error(f"{server}/slow")
+    err = await fetch_error(f"{server}/slow", web=WebSettings(fetch_timeout=0.3))
     assert err.kind == "timeout" and "0.3s" in err.detail
     assert loop.time() - started < 3
 

@@ -280,9 +280,9 @@ def _find_all(content: str, target: str) -> list[int]:
 def replace(content: str, old: str, new: str, *, replace_all: bool = False) -> EditResult:
     """Apply one edit to LF text; ToolError when it cannot be done safely."""
     if not old:
-        raise ToolError("invalid_argument", "old_text must not be empty")
+        raise ToolError("invalid_arguments", "old_text must not be empty")
     if old == new:
-        raise ToolError("invalid_argument", "old_text and new_text are identical: nothing to do")
+        raise ToolError("invalid_arguments", "old_text and new_text are identical: nothing to do")
     starts = _line_starts(content)
     exact = _find_all(content, old)
     if exact:

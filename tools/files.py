@@ -13,7 +13,6 @@ import contextlib
 import os
 import re
 import tempfile
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,20 +37,9 @@ GREP_MAX_FILE_BYTES = 5 * 1024 * 1024
 BINARY_SNIFF_BYTES = 8192
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
 
-_locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = weakref.WeakValueDictionary()
-
 
 def _can_write(ctx: TurnContext) -> bool:
     return ctx.access != "readonly"
-
-
-def path_lock(path: Path) -> asyncio.Lock:
-    """The lock serializing writes to one file (kept while anyone holds it)."""
-    lock = _locks.get(path)
-    if lock is None:
-        lock = asyncio.Lock()
-        _locks[path] = lock
-    return lock
 
 
 # --- reading -------------------------------------------------------------
@@ -99,7 +87,7 @@ def render_lines(text: str, offset: int, limit: int) -> str:
     if total == 0:
         return "(empty file)"
     if offset > total:
-        raise ToolError("invalid_argument", f"offset {offset} is past the end ({total} lines)")
+        raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
     out: list[str] = []
     used = 0
     shown_last = offset - 1
@@ -185,12 +173,12 @@ async def file_write(args: FileWriteArgs, ctx: TurnContext) -> str:
     try:
         data = args.content.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ToolError("invalid_argument", "content is not valid unicode text") from exc
+        raise ToolError("invalid_arguments", "content is not valid unicode text") from exc
     if len(data) > WRITE_MAX_BYTES:
         raise ToolError(
             "too_large", f"content is {len(data)} bytes; the limit is {WRITE_MAX_BYTES} bytes"
         )
-    async with path_lock(path):
+    async with ctx.services.file_locks(path):
         if path.is_dir():
             raise ToolError("is_directory", f"{shown} is a directory")
         existed = path.exists()
@@ -230,13 +218,13 @@ async def file_edit(args: FileEditArgs, ctx: TurnContext) -> str:
     and a UTF-8 BOM are kept. Create new files with file_write."""
     path = resolve_path(ctx, args.path, write=True)
     shown = display(ctx, path)
-    async with path_lock(path):
+    async with ctx.services.file_locks(path):
         raw = await asyncio.to_thread(_load_text, ctx, path, WRITE_MAX_BYTES)
         result = edit_text(raw, args.old_text, args.new_text, replace_all=args.replace_all)
         try:
             data = result.text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise ToolError("invalid_argument", "new_text is not valid unicode text") from exc
+            raise ToolError("invalid_arguments", "new_text is not valid unicode text") from exc
         if len(data) > WRITE_MAX_BYTES:
             raise ToolError("too_large", f"the edited file would exceed {WRITE_MAX_BYTES} bytes")
         try:
@@ -372,11 +360,11 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             out.append(re.escape(c))
         i += 1
     if brace:
-        raise ToolError("invalid_pattern", f"unbalanced braces in {pattern!r}")
+        raise ToolError("invalid_arguments", f"unbalanced braces in {pattern!r}")
     try:
         return re.compile("".join(out) + r"\Z")
     except re.error as exc:
-        raise ToolError("invalid_pattern", f"bad glob {pattern!r}: {exc}") from exc
+        raise ToolError("invalid_arguments", f"bad glob {pattern!r}: {exc}") from exc
 
 
 def _dir_arg(ctx: TurnContext, raw: str) -> Path:
@@ -479,7 +467,7 @@ async def grep(args: GrepArgs, ctx: TurnContext) -> str:
     try:
         regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
     except re.error as exc:
-        raise ToolError("invalid_pattern", f"bad regular expression: {exc}") from exc
+        raise ToolError("invalid_arguments", f"bad regular expression: {exc}") from exc
     include = _glob_regex(args.include) if args.include else None
     if top.is_file():
         files: list[Path] = [top]
@@ -541,5 +529,4 @@ __all__ = [
     "file_write",
     "glob",
     "grep",
-    "path_lock",
 ]

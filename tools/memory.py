@@ -1,6 +1,6 @@
 """Memory tools: memory, recall, knowledge_ingest, user_model_write.
 
-They talk to the persona's :class:`~runtime.context.MemoryService`, which is
+They talk to the persona's :class:`~runtime.services.MemoryService`, which is
 already bound to the persona: no tool argument can reach another persona's
 memories. The tools hide themselves when the runtime has no memory store.
 """
@@ -8,12 +8,14 @@ memories. The tools hide themselves when the runtime has no memory store.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runtime.context import MemoryService, TurnContext
+from runtime.context import TurnContext
 from runtime.errors import ToolError
+from runtime.memory.records import MemoryRow, RecallHit
+from runtime.services import MemoryService
 from runtime.tool import tool
 from tools._paths import workspace_path
 
@@ -50,10 +52,10 @@ class MemoryArgs(BaseModel):
         return self
 
 
-def _row_line(row: dict[str, Any]) -> str:
+def _row_line(row: MemoryRow) -> str:
     return (
-        f"[memory {row['id']}] ({row.get('category') or 'general'}, importance "
-        f"{row.get('importance')}, {row.get('day') or ''}) {row['content']}"
+        f"{row.tag} ({row.category or 'general'}, importance {row.importance}, {row.day}) "
+        f"{row.content}"
     )
 
 
@@ -105,16 +107,12 @@ class RecallArgs(BaseModel):
         return self
 
 
-def _hit_line(hit: dict[str, Any]) -> str:
-    content = " ".join(str(hit.get("content", "")).split())
-    if hit.get("kind") == "knowledge":
-        return f"{hit['tag']} {content}"
-    meta = ", ".join(
-        str(v)
-        for v in (hit.get("category"), f"importance {hit.get('importance')}", hit.get("day"))
-        if v
-    )
-    return f"{hit['tag']} ({meta}) {content}"
+def _hit_line(hit: RecallHit) -> str:
+    content = " ".join(hit.content.split())
+    if hit.kind == "knowledge":
+        return f"{hit.tag} {content}"
+    meta = ", ".join(str(v) for v in (hit.category, f"importance {hit.importance}", hit.day) if v)
+    return f"{hit.tag} ({meta}) {content}"
 
 
 @tool(name="recall", timeout=30, allow_repeat=True, available=_has_memory)
@@ -157,14 +155,14 @@ async def knowledge_ingest(args: IngestArgs, ctx: TurnContext) -> str:
     manuals, articles — not chat snippets). It is split into ~3000-character
     chunks; ingesting the same source again replaces it."""
     if args.path is not None:
-        from runtime.documents import read_document
+        from runtime.memory.documents import read_document
 
         text = read_document(workspace_path(ctx, args.path))
     else:
         text = args.text or ""
     result = await _memory(ctx).ingest(source=args.source.strip(), text=text)
-    verb = "replaced" if result.get("replaced") else "ingested"
-    return f"{verb} {args.source}: {result['chunks']} chunk(s)"
+    verb = "replaced" if result.replaced else "ingested"
+    return f"{verb} {args.source}: {result.chunks} chunk(s)"
 
 
 class UserModelArgs(BaseModel):
@@ -186,9 +184,7 @@ async def user_model_write(args: UserModelArgs, ctx: TurnContext) -> str:
     row = await _memory(ctx).write_user_model(
         dimension=args.dimension.strip(), content=args.content.strip(), confidence=args.confidence
     )
-    return (
-        f"saved user model [{row['dimension']}] (confidence {row['confidence']}): {row['content']}"
-    )
+    return f"saved user model [{row.dimension}] (confidence {row.confidence}): {row.content}"
 
 
 MEMORY_TOOLS = [memory, recall, knowledge_ingest, user_model_write]

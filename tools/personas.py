@@ -12,9 +12,10 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import Messenger, TurnContext
+from runtime.context import TurnContext
 from runtime.errors import AskCycleError, CoterieError, ToolError, UnknownPersonaError
 from runtime.messages import MessageEnvelope, inbox_id
+from runtime.services import Messenger
 from runtime.tool import tool
 
 ASK_DEFAULT_MS = 120_000

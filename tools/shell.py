@@ -1,6 +1,6 @@
 """Shell tools: shell_exec, process, task_status, task_cancel.
 
-Every command starts in the persona's :class:`~runtime.processes.ProcessService`
+Every command starts in the persona's :class:`~runtime.services.ProcessService`
 (a Ray actor per command in a cluster). ``shell_exec`` waits up to
 ``yield_ms``; a command still running then keeps running — it is never
 started twice — and the model gets a ``bg_<hex>`` handle instead. The
@@ -11,22 +11,16 @@ tools unless bubblewrap can confine them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runtime.context import TurnContext
-from runtime.errors import ToolError
+from runtime.errors import CoterieError, ToolError
 from runtime.messages import MessageEnvelope
-from runtime.processes import (
-    SIGNALS,
-    ProcessService,
-    StartSpec,
-    load_secrets,
-    scrubbed_env,
-)
+from runtime.services import ProcessService
+from runtime.shell import SIGNALS, ProcessOutput, StartSpec, load_secrets, scrubbed_env
 from runtime.tool import tool
 from tools._paths import workspace_path
 
@@ -34,7 +28,6 @@ log = logging.getLogger("coterie.tools.shell")
 
 OUTPUT_CAP = 16_000  # characters of output shown for a finished command
 NOTIFY_TAIL = 2_000
-_NOTIFIERS: set[asyncio.Task[None]] = set()
 
 
 def shell_available(ctx: TurnContext) -> bool:
@@ -94,13 +87,13 @@ class ShellExecArgs(BaseModel):
         return value
 
 
-def _finished_text(result: dict[str, Any]) -> str:
-    head = f"exit={result.get('exit_code')}"
-    if result.get("timed_out"):
-        head += f" (killed: timed out after {result.get('runtime_s')}s)"
-    if result.get("dropped_bytes"):
-        head += f" (first {result['dropped_bytes']} bytes of output dropped)"
-    return f"{head}\n{_cap(result.get('chunk', ''))}"
+def _finished_text(result: ProcessOutput) -> str:
+    head = f"exit={result.exit_code}"
+    if result.timed_out:
+        head += f" (killed: timed out after {result.runtime_s}s)"
+    if result.dropped_bytes:
+        head += f" (first {result.dropped_bytes} bytes of output dropped)"
+    return f"{head}\n{_cap(result.chunk)}"
 
 
 async def _notify_when_done(service: ProcessService, pid: str, ctx: TurnContext) -> None:
@@ -110,10 +103,10 @@ async def _notify_when_done(service: ProcessService, pid: str, ctx: TurnContext)
     try:
         await service.wait(pid, None)
         result = await service.read(pid, None)
-    except Exception:  # removed or cancelled: nothing to report
+    except ToolError:  # removed meanwhile (task_cancel, process remove): nothing to report
         return
-    tail = result.get("chunk", "")[-NOTIFY_TAIL:]
-    text = f"[process {pid} finished: exit {result.get('exit_code')}] {tail}"
+    tail = result.chunk[-NOTIFY_TAIL:]
+    text = f"[process {pid} finished: exit {result.exit_code}] {tail}"
     envelope = MessageEnvelope(
         recipient=ctx.persona,
         sender="process",
@@ -124,14 +117,8 @@ async def _notify_when_done(service: ProcessService, pid: str, ctx: TurnContext)
     )
     try:
         await messenger.post(envelope)
-    except Exception as exc:
+    except CoterieError as exc:  # the persona is closing, its queue is full…
         log.warning("completion of %s not delivered: %s", pid, exc)
-
-
-def _watch(service: ProcessService, pid: str, ctx: TurnContext) -> None:
-    task = asyncio.get_running_loop().create_task(_notify_when_done(service, pid, ctx))
-    _NOTIFIERS.add(task)
-    task.add_done_callback(_NOTIFIERS.discard)
 
 
 @tool(name="shell_exec", timeout=150, available=shell_available)
@@ -164,16 +151,16 @@ async def shell_exec(args: ShellExecArgs, ctx: TurnContext) -> Any:
         return _finished_text(result)
     result = await service.read(pid, None)
     if args.notify:
-        _watch(service, pid, ctx)
+        ctx.services.background.spawn(_notify_when_done(service, pid, ctx), name=f"notify-{pid}")
     reason = "background requested" if args.background else f"still running after {args.yield_ms}ms"
     return {
         "backgrounded": True,
         "id": pid,
         "reason": reason,
-        "running": result["running"],
-        "exit_code": result["exit_code"],
-        "output_so_far": _cap(result["chunk"]),
-        "next_offset": result["next_offset"],
+        "running": result.running,
+        "exit_code": result.exit_code,
+        "output_so_far": _cap(result.chunk),
+        "next_offset": result.next_offset,
         "next": (
             "completion will be pushed to this conversation; do not poll"
             if args.notify
@@ -201,13 +188,13 @@ async def process(args: ProcessArgs, ctx: TurnContext) -> Any:
     signal (term, kill, int, hup; the whole process group), list, remove."""
     service = _service(ctx)
     if args.action == "list":
-        return {"processes": await service.list()}
+        return {"processes": [p.model_dump() for p in await service.list()]}
     if not args.id:
         raise ToolError("invalid_arguments", f"{args.action} needs the process id")
     if args.action == "status":
-        return await service.status(args.id)
+        return (await service.status(args.id)).model_dump()
     if args.action == "read":
-        return await service.read(args.id, args.since)
+        return (await service.read(args.id, args.since)).model_dump()
     if args.action == "write":
         data = args.data or ""
         if not data.endswith("\n"):
@@ -216,8 +203,8 @@ async def process(args: ProcessArgs, ctx: TurnContext) -> Any:
         return {"id": args.id, "written_bytes": written}
     if args.action == "signal":
         assert args.signal in SIGNALS
-        return await service.signal(args.id, args.signal)
-    return {"removed": args.id, **(await service.remove(args.id))}
+        return (await service.signal(args.id, args.signal)).model_dump()
+    return {"removed": args.id, **(await service.remove(args.id)).model_dump()}
 
 
 class TaskIdArgs(BaseModel):
@@ -231,8 +218,7 @@ async def task_status(args: TaskIdArgs, ctx: TurnContext) -> Any:
     """Check a background task handle (bg_…) when the user asks: running or
     exit code, and the last of its output."""
     result = await _service(ctx).read(args.id, None)
-    result["output_tail"] = result.pop("chunk")[-NOTIFY_TAIL:]
-    return result
+    return {**result.model_dump(exclude={"chunk"}), "output_tail": result.chunk[-NOTIFY_TAIL:]}
 
 
 @tool(name="task_cancel", timeout=15, available=shell_available)
@@ -240,7 +226,7 @@ async def task_cancel(args: TaskIdArgs, ctx: TurnContext) -> Any:
     """Cancel a background task handle (bg_…): its whole process group is
     stopped and the handle removed."""
     status = await _service(ctx).remove(args.id)
-    return {"cancelled": args.id, "exit_code": status.get("exit_code")}
+    return {"cancelled": args.id, "exit_code": status.exit_code}
 
 
 SHELL_TOOLS = [shell_exec, process, task_status, task_cancel]

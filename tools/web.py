@@ -5,7 +5,8 @@ asks the Exa search API (hidden unless ``EXA_API_KEY`` is set). Everything a
 page or a search result says is wrapped in untrusted-content delimiters that
 name the source, and delimiter-looking text inside is neutralized so a page
 cannot close the block early and speak as the runtime. The work is done in
-:mod:`tools._web`, imported on first use.
+:mod:`tools._web`, imported on first use; limits come from the ``web:``
+settings on the turn context.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import TurnContext
+from runtime.errors import ToolError
 from runtime.tool import tool
 
 DEFAULT_MAX_CHARS = 12_000  # stays under the runner's 16k output cap with the wrapper
@@ -49,7 +51,7 @@ async def web_fetch(args: WebFetchArgs, ctx: TurnContext) -> str:
     Typical use: web_search, then web_fetch one of the result URLs."""
     from tools import _web
 
-    return await _web.web_fetch(args, ctx)
+    return await _web.fetch(args.url, max_chars=args.max_chars, settings=ctx.settings.web)
 
 
 class WebSearchArgs(BaseModel):
@@ -66,7 +68,16 @@ async def web_search(args: WebSearchArgs, ctx: TurnContext) -> str:
     delimiters. Follow up with web_fetch on a result URL to read the page."""
     from tools import _web
 
-    return await _web.web_search(args, ctx)
+    key = exa_key()
+    if key is None:
+        raise ToolError("unavailable", "web search is not configured (EXA_API_KEY is unset)")
+    return await _web.search(
+        args.query,
+        num_results=args.num_results,
+        key=key,
+        base_url=os.environ.get("EXA_BASE_URL"),
+        settings=ctx.settings.web,
+    )
 
 
 WEB_TOOLS = [web_fetch, web_search]

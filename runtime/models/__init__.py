@@ -10,8 +10,10 @@ from runtime.config import (
     OpenAIModelConfig,
     ScriptedModelConfig,
 )
+from runtime.errors import ModelError
 from runtime.models.base import Model
 from runtime.models.scripted import FunctionModel, RulesModel, ScriptedModel, tool_call
+from runtime.models.unavailable import UnavailableModel
 
 
 def build_model(config: ModelConfig) -> Model:
@@ -33,4 +35,22 @@ def build_model(config: ModelConfig) -> Model:
     assert_never(config)
 
 
-__all__ = ["FunctionModel", "Model", "RulesModel", "ScriptedModel", "build_model", "tool_call"]
+def build_model_or_unavailable(config: ModelConfig) -> Model:
+    """:func:`build_model`, or an :class:`UnavailableModel` carrying the reason
+    it could not be built (each request then raises that error)."""
+    try:
+        return build_model(config)
+    except ModelError as exc:
+        return UnavailableModel.for_config(config, exc)
+
+
+__all__ = [
+    "FunctionModel",
+    "Model",
+    "RulesModel",
+    "ScriptedModel",
+    "UnavailableModel",
+    "build_model",
+    "build_model_or_unavailable",
+    "tool_call",
+]

@@ -1,4 +1,4 @@
-"""The Anthropic Messages API as a :class:`Model`.
+"""The Anthropic Messages API: its wire format, on the shared :class:`SDKModel`.
 
 The ``anthropic`` package is imported lazily so that importing this module
 never pays for the SDK.
@@ -7,16 +7,10 @@ never pays for the SDK.
 from __future__ import annotations
 
 import json
-import os
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from runtime.config import AnthropicModelConfig
-from runtime.errors import (
-    MissingAPIKeyError,
-    ModelError,
-    ModelHTTPError,
-    ModelTimeoutError,
-)
 from runtime.messages import (
     AssistantMessage,
     ChatMessage,
@@ -30,12 +24,7 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.models._retry import (
-    sdk_error_message,
-    sdk_retry_after,
-    status_is_retryable,
-    with_retries,
-)
+from runtime.models.sdk import SDKModel
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -47,74 +36,28 @@ __all__ = ["AnthropicModel"]
 _ANSWER_HEADROOM = 1024
 
 
-class AnthropicModel:
-    """A Claude model behind ``POST /v1/messages``.
+class AnthropicModel(SDKModel[AnthropicModelConfig]):
+    """A Claude model behind ``POST /v1/messages`` (see :class:`SDKModel`)."""
 
-    The API key comes from ``api_key`` or the environment variable named by
-    ``config.api_key_env``; a missing key fails at construction with
-    :class:`MissingAPIKeyError`. ``retry_base_delay`` / ``retry_max_delay``
-    tune the backoff (tests make it tiny).
-    """
+    provider = "anthropic"
 
-    provider: str = "anthropic"
+    def sdk(self) -> ModuleType:
+        import anthropic
 
-    def __init__(
-        self,
-        config: AnthropicModelConfig,
-        *,
-        api_key: str | None = None,
-        retry_base_delay: float = 0.5,
-        retry_max_delay: float = 8.0,
-    ) -> None:
-        if api_key is None:
-            api_key = os.environ.get(config.api_key_env)
-        if not api_key:
-            raise MissingAPIKeyError(config.api_key_env, "anthropic")
-        self.config = config
-        self.name = config.name
-        self._api_key = api_key
-        self._retry_base_delay = retry_base_delay
-        self._retry_max_delay = retry_max_delay
-        self._client: AsyncAnthropic | None = None
+        return anthropic
 
-    def _get_client(self) -> AsyncAnthropic:
-        # Built on first use so the model object can be created outside the
-        # event loop that will drive it.
-        if self._client is None:
-            import anthropic
+    def sdk_error(self) -> type[Exception]:
+        return self.sdk().AnthropicError  # type: ignore[no-any-return]
 
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key,
-                base_url=self.config.base_url,
-                timeout=self.config.timeout,
-                max_retries=0,
-            )
-        return self._client
+    def new_client(self, *, api_key: str, base_url: str | None, timeout: float) -> AsyncAnthropic:
+        import anthropic
 
-    async def request(self, request: ModelRequest) -> ModelResponse:
-        """Send one Messages request; raises :class:`ModelError` subclasses."""
-        params = self.build_params(request)
-        client = self._get_client()
-
-        async def call() -> Message:
-            return await client.messages.create(**params)
-
-        message = await with_retries(
-            call,
-            max_retries=self.config.max_retries,
-            is_retryable=_is_retryable,
-            to_error=self._to_error,
-            retry_after=sdk_retry_after,
-            base_delay=self._retry_base_delay,
-            max_delay=self._retry_max_delay,
+        return anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
         )
-        return self.parse_message(message)
 
-    async def aclose(self) -> None:
-        """Close the HTTP client (a later request opens a new one)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+    async def send(self, client: AsyncAnthropic, params: dict[str, Any]) -> Message:
+        return await client.messages.create(**params)
 
     # -- request -----------------------------------------------------------
 
@@ -152,7 +95,7 @@ class AnthropicModel:
 
     # -- response ----------------------------------------------------------
 
-    def parse_message(self, message: Message) -> ModelResponse:
+    def parse(self, message: Message) -> ModelResponse:
         """Turn an Anthropic ``Message`` into the neutral response."""
         texts: list[str] = []
         thinking: list[ThinkingBlock] = []
@@ -191,25 +134,6 @@ class AnthropicModel:
             model=self.config.name,
             stop_reason=message.stop_reason,
         )
-
-    # -- errors ------------------------------------------------------------
-
-    def _to_error(self, exc: Exception) -> ModelError | None:
-        import anthropic
-
-        if isinstance(exc, anthropic.APITimeoutError):
-            return ModelTimeoutError(
-                f"anthropic model {self.name!r} did not answer within {self.config.timeout:g}s"
-            )
-        if isinstance(exc, anthropic.APIStatusError):
-            return ModelHTTPError(exc.status_code, sdk_error_message(exc))
-        if isinstance(exc, anthropic.APIResponseValidationError):
-            return ModelHTTPError(exc.status_code, f"invalid response: {exc.message}")
-        if isinstance(exc, anthropic.APIConnectionError):
-            return ModelHTTPError(None, f"connection error: {exc.message}")
-        if isinstance(exc, anthropic.AnthropicError):
-            return ModelError(f"anthropic model {self.name!r} failed: {exc}")
-        return None
 
 
 def history_to_wire(history: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -300,11 +224,3 @@ def _parse_input(raw: Any) -> dict[str, Any] | str:
             return raw
         return parsed if isinstance(parsed, dict) else raw
     return json.dumps(raw)
-
-
-def _is_retryable(exc: Exception) -> bool:
-    import anthropic
-
-    if isinstance(exc, anthropic.APIStatusError):
-        return status_is_retryable(exc.status_code)
-    return isinstance(exc, anthropic.APIConnectionError)

@@ -1,4 +1,5 @@
-"""OpenAI Chat Completions (and compatible servers) as a :class:`Model`.
+"""OpenAI Chat Completions (and compatible servers): the wire format, on the
+shared :class:`SDKModel`.
 
 The ``openai`` package is imported lazily so that importing this module (or
 building a scripted persona) never pays for the SDK.
@@ -7,16 +8,11 @@ building a scripted persona) never pays for the SDK.
 from __future__ import annotations
 
 import json
-import os
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from runtime.config import OpenAIModelConfig
-from runtime.errors import (
-    MissingAPIKeyError,
-    ModelError,
-    ModelHTTPError,
-    ModelTimeoutError,
-)
+from runtime.errors import ModelError
 from runtime.messages import (
     AssistantMessage,
     ModelRequest,
@@ -28,12 +24,7 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.models._retry import (
-    sdk_error_message,
-    sdk_retry_after,
-    status_is_retryable,
-    with_retries,
-)
+from runtime.models.sdk import SDKModel
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -42,74 +33,28 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIChatModel"]
 
 
-class OpenAIChatModel:
-    """A model behind ``POST /v1/chat/completions``.
+class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
+    """A model behind ``POST /v1/chat/completions`` (see :class:`SDKModel`)."""
 
-    The API key comes from ``api_key`` or the environment variable named by
-    ``config.api_key_env``; a missing key fails at construction with
-    :class:`MissingAPIKeyError`. ``retry_base_delay`` / ``retry_max_delay``
-    tune the backoff (tests make it tiny).
-    """
+    provider = "openai"
 
-    provider: str = "openai"
+    def sdk(self) -> ModuleType:
+        import openai
 
-    def __init__(
-        self,
-        config: OpenAIModelConfig,
-        *,
-        api_key: str | None = None,
-        retry_base_delay: float = 0.5,
-        retry_max_delay: float = 8.0,
-    ) -> None:
-        if api_key is None:
-            api_key = os.environ.get(config.api_key_env)
-        if not api_key:
-            raise MissingAPIKeyError(config.api_key_env, "openai")
-        self.config = config
-        self.name = config.name
-        self._api_key = api_key
-        self._retry_base_delay = retry_base_delay
-        self._retry_max_delay = retry_max_delay
-        self._client: AsyncOpenAI | None = None
+        return openai
 
-    def _get_client(self) -> AsyncOpenAI:
-        # Built on first use so the model object can be created outside the
-        # event loop that will drive it.
-        if self._client is None:
-            import openai
+    def sdk_error(self) -> type[Exception]:
+        return self.sdk().OpenAIError  # type: ignore[no-any-return]
 
-            self._client = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.config.base_url,
-                timeout=self.config.timeout,
-                max_retries=0,
-            )
-        return self._client
+    def new_client(self, *, api_key: str, base_url: str | None, timeout: float) -> AsyncOpenAI:
+        import openai
 
-    async def request(self, request: ModelRequest) -> ModelResponse:
-        """Send one chat completion; raises :class:`ModelError` subclasses."""
-        params = self.build_params(request)
-        client = self._get_client()
-
-        async def call() -> ChatCompletion:
-            return await client.chat.completions.create(**params)
-
-        completion = await with_retries(
-            call,
-            max_retries=self.config.max_retries,
-            is_retryable=_is_retryable,
-            to_error=self._to_error,
-            retry_after=sdk_retry_after,
-            base_delay=self._retry_base_delay,
-            max_delay=self._retry_max_delay,
+        return openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
         )
-        return self.parse_completion(completion)
 
-    async def aclose(self) -> None:
-        """Close the HTTP client (a later request opens a new one)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+    async def send(self, client: AsyncOpenAI, params: dict[str, Any]) -> ChatCompletion:
+        return await client.chat.completions.create(**params)
 
     # -- request -----------------------------------------------------------
 
@@ -160,7 +105,7 @@ class OpenAIChatModel:
 
     # -- response ----------------------------------------------------------
 
-    def parse_completion(self, completion: ChatCompletion) -> ModelResponse:
+    def parse(self, completion: ChatCompletion) -> ModelResponse:
         """Turn a ``ChatCompletion`` into the neutral response."""
         if not completion.choices:
             raise ModelError(f"openai model {self.name!r} returned no choices")
@@ -199,25 +144,6 @@ class OpenAIChatModel:
             model=self.config.name,
             stop_reason=choice.finish_reason,
         )
-
-    # -- errors ------------------------------------------------------------
-
-    def _to_error(self, exc: Exception) -> ModelError | None:
-        import openai
-
-        if isinstance(exc, openai.APITimeoutError):
-            return ModelTimeoutError(
-                f"openai model {self.name!r} did not answer within {self.config.timeout:g}s"
-            )
-        if isinstance(exc, openai.APIStatusError):
-            return ModelHTTPError(exc.status_code, sdk_error_message(exc))
-        if isinstance(exc, openai.APIResponseValidationError):
-            return ModelHTTPError(exc.status_code, f"invalid response: {exc.message}")
-        if isinstance(exc, openai.APIConnectionError):
-            return ModelHTTPError(None, f"connection error: {exc.message}")
-        if isinstance(exc, openai.OpenAIError):
-            return ModelError(f"openai model {self.name!r} failed: {exc}")
-        return None
 
 
 def _assistant_to_wire(message: AssistantMessage, *, backfill: bool) -> dict[str, Any]:
@@ -264,11 +190,3 @@ def _reasoning_content(message: Any) -> str | None:
     extra = getattr(message, "model_extra", None) or {}
     value = extra.get("reasoning_content", getattr(message, "reasoning_content", None))
     return value if isinstance(value, str) else None
-
-
-def _is_retryable(exc: Exception) -> bool:
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        return status_is_retryable(exc.status_code)
-    return isinstance(exc, openai.APIConnectionError)

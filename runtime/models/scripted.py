@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from runtime.config import ScriptedModelConfig, ScriptedRule
-from runtime.errors import ModelError
+from runtime.errors import ModelError, ModelTimeoutError
 from runtime.messages import (
     AssistantMessage,
     ModelRequest,
@@ -33,13 +33,19 @@ def _as_message(reply: Reply) -> AssistantMessage:
     return AssistantMessage(text=reply) if isinstance(reply, str) else reply
 
 
+#: Characters counted as one token by the local models (rough, never zero).
+_CHARS_PER_TOKEN = 4
+
+
 def _usage(request: ModelRequest, message: AssistantMessage) -> Usage:
-    # About four characters a token: rough, but cheap and never zero.
     chars_in = len(request.system)
     for m in request.messages:
         chars_in += len(m.content) if isinstance(m, ToolResultMessage) else len(m.text)
     chars_out = len(message.text) + sum(len(str(c.arguments)) for c in message.tool_calls)
-    return Usage(input_tokens=chars_in // 4, output_tokens=max(1, chars_out // 4))
+    return Usage(
+        input_tokens=chars_in // _CHARS_PER_TOKEN,
+        output_tokens=max(1, chars_out // _CHARS_PER_TOKEN),
+    )
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str | None = None) -> ToolCall:
@@ -179,10 +185,16 @@ class RulesModel:
 
     Rules are tried in order; the first whose ``when`` matches answers.
     ``turn`` is the 1-based model call within the current turn, ``contains``
-    matches the latest user/inbox text case-insensitively. In a rule's text,
-    ``{last_tool_result}`` is the newest tool result, ``{tool_result_N}`` the
-    N-th result of the latest tool batch and ``{tool_results}`` all of them.
-    ``default`` answers when nothing matches.
+    matches the latest user/inbox text case-insensitively, ``context`` is the
+    kind of turn (``user``, ``heartbeat``, ``cron``, ``subagent``, ``eval``).
+    In a rule's text, ``{last_tool_result}`` is the newest tool result,
+    ``{tool_result_N}`` the N-th result of the latest tool batch and
+    ``{tool_results}`` all of them. ``default`` answers when nothing matches.
+
+    Like a real model it is bound by ``timeout`` (a ``latency_ms`` above it
+    raises :class:`ModelTimeoutError`) and by the request's ``max_tokens``
+    (a longer text is cut, at about four characters a token, and the stop
+    reason is ``max_tokens``).
     """
 
     provider = "scripted"
@@ -195,6 +207,8 @@ class RulesModel:
     def _matches(self, rule: ScriptedRule, request: ModelRequest) -> bool:
         when = rule.when
         if when.turn is not None and when.turn != request.step:
+            return False
+        if when.context is not None and when.context != request.context:
             return False
         return not (
             when.contains is not None
@@ -219,15 +233,26 @@ class RulesModel:
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         self.requests_seen += 1
-        if self.config.latency_ms:
-            await asyncio.sleep(self.config.latency_ms / 1000)
+        latency = self.config.latency_ms / 1000
+        if latency > self.config.timeout:
+            await asyncio.sleep(self.config.timeout)
+            raise ModelTimeoutError(
+                f"scripted model {self.name!r} did not answer within {self.config.timeout:g}s"
+            )
+        if latency:
+            await asyncio.sleep(latency)
         message = self.answer(request)
+        stop_reason = "tool_use" if message.tool_calls else "end_turn"
+        limit = request.max_tokens * _CHARS_PER_TOKEN
+        if len(message.text) > limit:
+            message = message.model_copy(update={"text": message.text[:limit]})
+            stop_reason = "max_tokens"
         return ModelResponse(
             message=message,
             usage=_usage(request, message),
             provider=self.provider,
             model=self.name,
-            stop_reason="tool_use" if message.tool_calls else "end_turn",
+            stop_reason=stop_reason,
         )
 
     async def aclose(self) -> None:

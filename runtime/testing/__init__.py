@@ -1,7 +1,10 @@
-"""Test helpers: local fake model servers speaking the provider wire formats."""
+"""Test helpers shipped with the package (the tests, the benchmarks and the
+demo share them): local model servers speaking the provider wire formats,
+turn contexts for calling tools directly, and the recall evaluation set."""
 
 from __future__ import annotations
 
+from runtime.testing.context import turn_context
 from runtime.testing.servers import (
     FakeAnthropicServer,
     FakeModelServer,
@@ -9,4 +12,10 @@ from runtime.testing.servers import (
     ScriptedReply,
 )
 
-__all__ = ["FakeAnthropicServer", "FakeModelServer", "FakeOpenAIServer", "ScriptedReply"]
+__all__ = [
+    "FakeAnthropicServer",
+    "FakeModelServer",
+    "FakeOpenAIServer",
+    "ScriptedReply",
+    "turn_context",
+]

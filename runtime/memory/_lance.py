@@ -1,19 +1,23 @@
-"""LanceDB plumbing for :mod:`runtime.memory_store`: schemas, tables, filters, RRF.
+"""The LanceDB adapter of :mod:`runtime.memory.store`: the only module that
+calls LanceDB — connections, schemas, tables and indexes, writes, filters,
+searches, and RRF.
 
-Nothing here knows about personas' semantics; it only keeps the store module
-free of Arrow and LanceDB details. ``lancedb`` and ``pyarrow`` are imported
-inside functions so that ``import runtime`` does not load them.
+Nothing here knows about personas' semantics. ``lancedb`` and ``pyarrow`` are
+imported inside functions so that ``import runtime`` does not load them.
+LanceDB reports its own failures (commit conflicts, a name already taken) as
+``RuntimeError``; only those are caught, and only where they are expected.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from runtime.errors import ConfigError
@@ -30,19 +34,29 @@ __all__ = [
     "MEMORIES",
     "USER_MODEL",
     "Search",
+    "add",
+    "connect",
+    "count",
+    "delete",
     "ensure_vector_index",
     "fts_index_stats",
     "has_vector_index",
     "match",
     "open_table",
+    "optimize",
     "ranked",
     "ranked_many",
+    "replace_where",
     "rrf",
     "scan",
     "schema_for",
     "submit",
+    "update_by_key",
+    "upsert",
     "vector_column",
 ]
+
+log = logging.getLogger("coterie.memory")
 
 MEMORIES = "memories"
 KNOWLEDGE = "knowledge"
@@ -74,6 +88,91 @@ NPROBES = 48
 
 
 K = TypeVar("K", bound=Hashable)
+
+
+def connect(
+    uri: str,
+    *,
+    read_consistency_interval: float | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> DBConnection:
+    """A LanceDB connection to a directory or an object-store URI.
+
+    ``read_consistency_interval`` (seconds): how often reads look for writes
+    made by other processes (``None``: never; ``0``: on every read).
+    """
+    import lancedb
+
+    interval = (
+        None if read_consistency_interval is None else timedelta(seconds=read_consistency_interval)
+    )
+    return lancedb.connect(uri, read_consistency_interval=interval, storage_options=storage_options)
+
+
+def _commit_conflict(exc: RuntimeError) -> bool:
+    """Whether LanceDB lost a race with another commit (safe to try again later)."""
+    return "Retryable commit conflict" in str(exc)
+
+
+def add(table: Table, batch: pa.Table) -> None:
+    """Append rows."""
+    table.add(batch)
+
+
+def update_by_key(table: Table, key: str, batch: pa.Table) -> int:
+    """Replace the rows whose ``key`` matches a row of ``batch``; how many were updated."""
+    result = table.merge_insert(key).when_matched_update_all().execute(batch)
+    return int(result.num_updated_rows)
+
+
+def upsert(table: Table, keys: list[str], batch: pa.Table) -> None:
+    """Insert the rows of ``batch``, replacing those with the same ``keys``."""
+    (
+        table.merge_insert(keys)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute(batch)
+    )
+
+
+def replace_where(table: Table, key: str, batch: pa.Table, where: Expr) -> int:
+    """In one commit: insert ``batch`` and delete the other rows matching ``where``.
+
+    Readers see either the old rows or the new ones. Returns how many old rows
+    were deleted.
+    """
+    result = (
+        table.merge_insert(key)
+        .when_not_matched_insert_all()
+        .when_not_matched_by_source_delete(where)
+        .execute(batch)
+    )
+    return int(result.num_deleted_rows)
+
+
+def delete(table: Table, where: Expr) -> None:
+    """Delete the rows matching ``where``."""
+    table.delete(where)
+
+
+def count(table: Table, where: Expr | None = None) -> int:
+    """Rows matching ``where`` (all rows when ``None``)."""
+    return int(table.count_rows(None if where is None else where.to_sql()))
+
+
+def optimize(table: Table) -> bool:
+    """Compact, fold new rows into the indexes, prune old versions.
+
+    ``False`` when the commit lost a race with a concurrent write (the write
+    wins; try again later); other failures are raised.
+    """
+    try:
+        table.optimize()
+    except RuntimeError as exc:
+        if not _commit_conflict(exc):
+            raise
+        return False
+    return True
 
 
 def schema_for(table: str, dim: int, embedder: str) -> pa.Schema:
@@ -176,7 +275,7 @@ def _create_index(
 ) -> None:
     try:
         table.create_index(column, config=config, replace=False, name=name)
-    except Exception:
+    except RuntimeError:
         # Lost a race with another process building the same index.
         if not exists(table.list_indices()):
             raise
@@ -201,10 +300,11 @@ def has_vector_index(table: Table) -> bool:
     return bool(_vector_indices(table.list_indices()))
 
 
-def ensure_vector_index(table: Table) -> bool:
+def ensure_vector_index(table: Table) -> bool | None:
     """Build the ANN index on ``vector`` once the table has :data:`ANN_MIN_ROWS`
     rows, and rebuild it with more partitions when the table has outgrown it;
-    ``True`` if this call built one.
+    ``True`` if this call built one, ``None`` if building it lost a commit race
+    (the next call tries again).
 
     IVF_SQ (8-bit scalar quantisation, cosine) trains in seconds, unlike
     IVF_PQ, and keeps kNN recall high. Rows added later are searched exactly
@@ -230,13 +330,22 @@ def ensure_vector_index(table: Table) -> bool:
         return False
     name = f"vector_ivf{partitions}"
     config = IvfSq(distance_type="cosine", num_partitions=partitions)
-    _create_index(
-        table, "vector", config, lambda indices: any(i.name == name for i in indices), name
-    )
+    try:
+        _create_index(
+            table, "vector", config, lambda indices: any(i.name == name for i in indices), name
+        )
+    except RuntimeError as exc:
+        if not _commit_conflict(exc):
+            raise
+        return None
     for old in current:
         if old.name != name:
-            with contextlib.suppress(Exception):  # another process dropped it first
+            try:
                 table.drop_index(old.name)
+            except RuntimeError as exc:
+                # Another process dropped it first; anything else is worth a line.
+                if "not found" not in str(exc):
+                    log.warning("could not drop the old vector index %s: %s", old.name, exc)
     return True
 
 

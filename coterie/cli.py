@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from runtime.config import install_bundled_personas, load_persona_dir, persona_names, resolve_home
+from runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
 from runtime.errors import CoterieError, PersonaConfigError
 
 console = Console()
@@ -31,7 +31,7 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title:
 
 
 def _start(args: argparse.Namespace) -> Any:
-    from actors.api import Runtime  # imports Ray: only for commands that need it
+    from coterie.api import Runtime  # imports Ray: only for commands that need it
 
     with console.status("Starting Ray and the runtime actors…"):
         return Runtime.start(home=args.home, address=args.address)
@@ -118,10 +118,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from actors.demo import run_demo
+    from coterie.demo import BUNDLED_PERSONAS, run_demo
 
     home = resolve_home(args.home)
-    installed = install_bundled_personas(home)
+    installed = install_personas(home, BUNDLED_PERSONAS)
     if installed:
         console.print(f"Installed demo personas into {home / 'personas'}: {', '.join(installed)}")
     rt = _start(args)

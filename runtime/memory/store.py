@@ -11,7 +11,7 @@ Every read and write filters on the persona *before* ranking or limiting
 rows: an id of another persona is treated exactly like an unknown id.
 
 Search is hybrid: a full-text (BM25) leg and a vector (cosine) leg, fused by
-our own reciprocal-rank fusion (:func:`runtime._lance.rrf`) rather than
+our own reciprocal-rank fusion (:func:`runtime.memory._lance.rrf`) rather than
 LanceDB's ``RRFReranker``, because ``recall`` ranks two tables together and
 LanceDB's hybrid query fuses within one table only.
 
@@ -26,121 +26,44 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
-from runtime import _lance
-from runtime._lance import KNOWLEDGE, MEMORIES, USER_MODEL
-from runtime.chunking import chunk_text
-from runtime.embedders import Embedder
 from runtime.errors import ModelError, ToolError
+from runtime.memory import _lance
+from runtime.memory._lance import KNOWLEDGE, MEMORIES, USER_MODEL
+from runtime.memory.chunking import chunk_text
+from runtime.memory.embedders import Embedder
+from runtime.memory.records import (
+    IngestResult,
+    MemoryInput,
+    MemoryRow,
+    Mode,
+    RecallHit,
+    Source,
+    UserModelRow,
+    in_prompt_order,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from lancedb.table import Table
 
-__all__ = [
-    "IngestResult",
-    "MemoryInput",
-    "MemoryRow",
-    "MemoryStore",
-    "RecallHit",
-    "UserModelRow",
-]
+__all__ = ["CANDIDATES", "MAX_LIMIT", "MemoryStore"]
 
 MAX_CONTENT_CHARS = 20_000
 MAX_CHUNKS = 2_000
 MAX_LIMIT = 50
 #: Candidates each search leg fetches per table before fusion.
 CANDIDATES = 50
-#: user_model dimensions listed first, in this order; others follow by name.
-RECOMMENDED_DIMENSIONS = ("baseline", "preferences", "working_patterns", "feedback", "goals")
 
 log = logging.getLogger("coterie.memory")
-
-Source = Literal["all", "memories", "knowledge"]
-Mode = Literal["hybrid", "vector", "fts"]
 
 _MEMORY_COLUMNS = ["id", "persona", "category", "content", "importance", "created_at", "day"]
 #: What a search reads per memory: the persona is known, so it is not fetched.
 _MEMORY_HIT_COLUMNS = [c for c in _MEMORY_COLUMNS if c != "persona"]
 _KNOWLEDGE_COLUMNS = ["id", "source", "chunk", "content"]
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-@dataclass(frozen=True)
-class MemoryInput:
-    """One memory to write; validated by the store (bad values are ToolErrors)."""
-
-    persona: str
-    category: str
-    content: str
-    importance: int = 5
-
-
-class MemoryRow(_Frozen):
-    """A stored memory."""
-
-    id: str
-    persona: str
-    category: str
-    content: str
-    importance: int
-    created_at: datetime
-    day: str
-
-    @property
-    def tag(self) -> str:
-        return f"[memory {self.id}]"
-
-
-class RecallHit(_Frozen):
-    """One recall result: a memory or a knowledge chunk.
-
-    ``score`` is the fused RRF score (``None`` for the empty-query and
-    ``date`` listings, which are not ranked by relevance). ``distance``
-    (cosine) and ``bm25`` are the legs' own scores when the hit came from
-    that leg.
-    """
-
-    kind: Literal["memory", "knowledge"]
-    id: str
-    tag: str
-    content: str
-    score: float | None = None
-    category: str | None = None
-    importance: int | None = None
-    created_at: datetime | None = None
-    day: str | None = None
-    source: str | None = None
-    chunk: int | None = None
-    distance: float | None = None
-    bm25: float | None = None
-
-
-class IngestResult(_Frozen):
-    """What ``ingest`` stored: ``chunks`` new chunks, ``replaced`` old ones removed."""
-
-    source: str
-    chunks: int
-    replaced: int
-
-
-class UserModelRow(_Frozen):
-    """One dimension of a persona's model of its user."""
-
-    persona: str
-    dimension: str
-    content: str
-    confidence: int
-    updated_at: datetime
 
 
 class MemoryStore:
@@ -166,19 +89,14 @@ class MemoryStore:
         chunk_overlap: int = 300,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        import lancedb
-
-        interval = (
-            None
-            if read_consistency_interval is None
-            else timedelta(seconds=read_consistency_interval)
-        )
         self.uri = uri
         self.embedder = embedder
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
-        self._db = lancedb.connect(
-            uri, read_consistency_interval=interval, storage_options=storage_options
+        self._db = _lance.connect(
+            uri,
+            read_consistency_interval=read_consistency_interval,
+            storage_options=storage_options,
         )
         self._clock = clock or (lambda: datetime.now(UTC))
         self._tables: dict[str, Table] = {}
@@ -216,7 +134,7 @@ class MemoryStore:
             )
             for persona, category, content, importance in checked
         ]
-        self._table(MEMORIES).add(self._memory_batch(rows, vectors))
+        _lance.add(self._table(MEMORIES), self._memory_batch(rows, vectors))
         return rows
 
     def write_memory(
@@ -246,20 +164,20 @@ class MemoryStore:
             }
         )
         batch = self._memory_batch([new], self._embed([new.content]))
-        result = self._table(MEMORIES).merge_insert("id").when_matched_update_all().execute(batch)
-        if result.num_updated_rows == 0:  # deleted between the read and the write
+        if _lance.update_by_key(self._table(MEMORIES), "id", batch) == 0:
+            # deleted between the read and the write
             raise _not_found(memory_id)
         return new
 
     def delete_memory(self, persona: str, memory_id: str) -> None:
         """Delete one memory of ``persona``."""
         old = self._get_memory(persona, memory_id)
-        self._table(MEMORIES).delete(_lance.match(persona=old.persona, id=old.id))
+        _lance.delete(self._table(MEMORIES), _lance.match(persona=old.persona, id=old.id))
 
     def _get_memory(self, persona: str, memory_id: str) -> MemoryRow:
         persona = _persona(persona)
         if not isinstance(memory_id, str) or not memory_id.strip():
-            raise ToolError("invalid_input", "a memory id is required")
+            raise ToolError("invalid_arguments", "a memory id is required")
         memory_id = memory_id.strip()
         found = _lance.scan(
             self._table(MEMORIES),
@@ -304,11 +222,11 @@ class MemoryStore:
         if date is not None:
             return self._memories_on(persona, _day(date))
         if source not in ("all", "memories", "knowledge"):
-            raise ToolError("invalid_input", "source must be all, memories or knowledge")
+            raise ToolError("invalid_arguments", "source must be all, memories or knowledge")
         if mode not in ("hybrid", "vector", "fts"):
-            raise ToolError("invalid_input", "mode must be hybrid, vector or fts")
+            raise ToolError("invalid_arguments", "mode must be hybrid, vector or fts")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ToolError("invalid_input", f"limit must be an integer from 1 to {MAX_LIMIT}")
+            raise ToolError("invalid_arguments", f"limit must be an integer from 1 to {MAX_LIMIT}")
         filters: dict[str, Any] = {"persona": persona}
         if category is not None:
             filters["category"] = _category(category)
@@ -411,7 +329,7 @@ class MemoryStore:
         persona = _persona(persona)
         source = _label("source", source, 200)
         if not isinstance(text, str) or not text.strip():
-            raise ToolError("invalid_input", "the document has no text to ingest")
+            raise ToolError("invalid_arguments", "the document has no text to ingest")
         chunks = chunk_text(text, size=self.chunk_size, overlap=self.chunk_overlap)
         if len(chunks) > MAX_CHUNKS:
             raise ToolError(
@@ -437,14 +355,10 @@ class MemoryStore:
             },
             schema=self._schema(KNOWLEDGE),
         )
-        result = (
-            self._table(KNOWLEDGE)
-            .merge_insert("id")
-            .when_not_matched_insert_all()
-            .when_not_matched_by_source_delete(_lance.match(persona=persona, source=source))
-            .execute(batch)
+        replaced = _lance.replace_where(
+            self._table(KNOWLEDGE), "id", batch, _lance.match(persona=persona, source=source)
         )
-        return IngestResult(source=source, chunks=len(chunks), replaced=result.num_deleted_rows)
+        return IngestResult(source=source, chunks=len(chunks), replaced=replaced)
 
     # -- user model ---------------------------------------------------------
 
@@ -466,31 +380,23 @@ class MemoryStore:
             updated_at=self._now(),
         )
         batch = pa.Table.from_pylist([row.model_dump()], schema=self._schema(USER_MODEL))
-        (
-            self._table(USER_MODEL)
-            .merge_insert(["persona", "dimension"])
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute(batch)
-        )
+        _lance.upsert(self._table(USER_MODEL), ["persona", "dimension"], batch)
         return row
 
     def user_model(self, persona: str) -> list[UserModelRow]:
         """Every dimension of ``persona``'s user model, recommended dimensions first."""
         rows = _lance.scan(self._table(USER_MODEL), _lance.match(persona=_persona(persona)))
-        order = {name: i for i, name in enumerate(RECOMMENDED_DIMENSIONS)}
-        models = [UserModelRow(**row) for row in rows]
-        return sorted(models, key=lambda r: (order.get(r.dimension, len(order)), r.dimension))
+        return in_prompt_order([UserModelRow(**row) for row in rows])
 
     # -- maintenance --------------------------------------------------------
 
     def optimize(self, *, attempts: int = 3) -> dict[str, bool]:
         """Compact small files, fold new rows into the indexes, prune old versions.
 
-        A searchable table of :data:`runtime._lance.ANN_MIN_ROWS` rows or more
+        A searchable table of :data:`runtime.memory._lance.ANN_MIN_ROWS` rows or more
         also gets its approximate (IVF) vector index here, after the compaction,
         and a larger one when it has outgrown it (see
-        :func:`runtime._lance.ensure_vector_index`); later runs fold new rows in.
+        :func:`runtime.memory._lance.ensure_vector_index`); later runs fold new rows in.
 
         Safe beside concurrent reads and writes. Lance commits are
         multi-version: a query keeps the snapshot it started on, and pruning
@@ -504,15 +410,10 @@ class MemoryStore:
         for name in (MEMORIES, KNOWLEDGE, USER_MODEL):
             table = self._table(name)
             for attempt in range(1, attempts + 1):
-                try:
-                    table.optimize()
-                except RuntimeError as exc:
-                    if "Retryable commit conflict" not in str(exc):
-                        raise
-                    log.debug("optimize %s: commit conflict (attempt %d)", name, attempt)
-                else:
+                if _lance.optimize(table):
                     done[name] = True
                     break
+                log.debug("optimize %s: commit conflict (attempt %d)", name, attempt)
             else:
                 log.warning("optimize %s: gave up after %d commit conflicts", name, attempts)
                 done[name] = False
@@ -521,19 +422,18 @@ class MemoryStore:
         return done
 
     def _ensure_vector_index(self, name: str, table: Table) -> None:
-        try:
-            if _lance.ensure_vector_index(table):
-                log.info("optimize %s: built the ANN vector index", name)
-        except RuntimeError as exc:
-            if "Retryable commit conflict" not in str(exc):
-                raise
+        built = _lance.ensure_vector_index(table)
+        if built is None:
             log.debug("optimize %s: vector index lost a commit conflict; next run", name)
+        elif built:
+            log.info("optimize %s: built the ANN vector index", name)
 
     def counts(self, persona: str | None = None) -> dict[str, int]:
         """Rows per table, for one persona or (``None``) for all."""
-        where = None if persona is None else _lance.match(persona=_persona(persona)).to_sql()
+        where = None if persona is None else _lance.match(persona=_persona(persona))
         return {
-            name: self._table(name).count_rows(where) for name in (MEMORIES, KNOWLEDGE, USER_MODEL)
+            name: _lance.count(self._table(name), where)
+            for name in (MEMORIES, KNOWLEDGE, USER_MODEL)
         }
 
     def fts_unindexed(self) -> dict[str, int]:
@@ -581,10 +481,10 @@ def _persona(persona: str) -> str:
 
 def _label(what: str, value: str, max_chars: int) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ToolError("invalid_input", f"{what} must be a non-empty string")
+        raise ToolError("invalid_arguments", f"{what} must be a non-empty string")
     value = value.strip()
     if len(value) > max_chars:
-        raise ToolError("invalid_input", f"{what} is longer than {max_chars} characters")
+        raise ToolError("invalid_arguments", f"{what} is longer than {max_chars} characters")
     return value
 
 
@@ -594,7 +494,7 @@ def _category(category: str) -> str:
 
 def _content(content: str) -> str:
     if not isinstance(content, str) or not content.strip():
-        raise ToolError("invalid_input", "content must be a non-empty string")
+        raise ToolError("invalid_arguments", "content must be a non-empty string")
     content = content.strip()
     if len(content) > MAX_CONTENT_CHARS:
         raise ToolError(
@@ -606,17 +506,19 @@ def _content(content: str) -> str:
 
 def _rating(what: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
-        raise ToolError("invalid_input", f"{what} must be an integer from 1 to 10, not {value!r}")
+        raise ToolError(
+            "invalid_arguments", f"{what} must be an integer from 1 to 10, not {value!r}"
+        )
     return value
 
 
 def _day(value: str) -> str:
     if not isinstance(value, str) or not _DAY.fullmatch(value.strip()):
-        raise ToolError("invalid_input", f"date must look like YYYY-MM-DD, not {value!r}")
+        raise ToolError("invalid_arguments", f"date must look like YYYY-MM-DD, not {value!r}")
     try:
         return datetime.strptime(value.strip(), "%Y-%m-%d").date().isoformat()
     except ValueError:
-        raise ToolError("invalid_input", f"{value!r} is not a calendar date") from None
+        raise ToolError("invalid_arguments", f"{value!r} is not a calendar date") from None
 
 
 def _not_found(memory_id: str) -> ToolError:

@@ -1,77 +1,69 @@
-"""The audit log: turn events flattened into rows of a DuckDB ``events`` table.
+"""The writer of the audit log: DuckDB file, ``events`` schema, batched Arrow inserts.
 
-Three pieces, none of which imports Ray:
+:class:`AuditWriter` owns one DuckDB file: batched Arrow inserts, read-only
+queries (see :mod:`runtime.audit.query`) and conversation rebuilds. Sources'
+*replayed* batches (resent from a spool after a kill) may repeat rows already
+written, so the writer skips rows whose ``id`` it has.
 
-* :func:`event_to_row` flattens a :data:`~runtime.messages.TurnEvent` into a
-  row (a dict) of the ``events`` table.
-* :class:`AuditWriter` owns the DuckDB file: batched Arrow inserts, read-only
-  queries and conversation rebuilds. :func:`read_only_query` queries a file
-  when no runtime has it open.
-* :class:`AuditBuffer` is the source-side buffer every persona records into; it
-  batches rows and ships them with one call per batch (``actors.audit`` wires
-  it to the ``AuditLogActor``). Its spool file lets a restarted persona resend
-  what its killed predecessor had not delivered; those *replayed* batches may
-  repeat rows already written, so the writer skips rows whose ``id`` it has.
+``duckdb`` and ``pyarrow`` are imported when a writer is made, not when this
+module is: persona processes import the audit package without them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import duckdb
-import pyarrow as pa
-
-from runtime.audit_buffer import (
-    EVENT_COLUMNS,
-    AuditBuffer,
-    AuditOverloadedError,
-    AuditSpoolInUseError,
-    event_to_row,
-)
+from runtime.audit.query import QueryResult, run_read_only
+from runtime.audit.rows import EVENT_COLUMNS
 from runtime.errors import AuditQueryError
-from runtime.messages import (
-    ChatMessage,
-    HistoryAppended,
-    turn_event_adapter,
-)
+from runtime.messages import ChatMessage, HistoryAppended, turn_event_adapter
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
 
 log = logging.getLogger("coterie.audit")
 
 
-# --------------------------------------------------------------------------
-# Row schema
-# --------------------------------------------------------------------------
+@functools.cache
+def event_schema() -> pa.Schema:
+    """The Arrow schema of the ``events`` table (column order of :data:`EVENT_COLUMNS`)."""
+    import pyarrow as pa
 
-EVENT_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("seq", pa.int64()),
-        ("ts", pa.timestamp("us")),
-        ("kind", pa.string()),
-        ("persona", pa.string()),
-        ("conversation_id", pa.string()),
-        ("turn_id", pa.string()),
-        ("provider", pa.string()),
-        ("model", pa.string()),
-        ("tool", pa.string()),
-        ("call_id", pa.string()),
-        ("input_tokens", pa.int32()),
-        ("output_tokens", pa.int32()),
-        ("latency_ms", pa.float64()),
-        ("duration_ms", pa.float64()),
-        ("error_kind", pa.string()),
-        ("status", pa.string()),
-        ("payload", pa.string()),
-    ]
-)
-assert tuple(EVENT_SCHEMA.names) == EVENT_COLUMNS, "events schema and columns disagree"
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("seq", pa.int64()),
+            ("ts", pa.timestamp("us")),
+            ("kind", pa.string()),
+            ("persona", pa.string()),
+            ("conversation_id", pa.string()),
+            ("turn_id", pa.string()),
+            ("provider", pa.string()),
+            ("model", pa.string()),
+            ("tool", pa.string()),
+            ("call_id", pa.string()),
+            ("input_tokens", pa.int32()),
+            ("output_tokens", pa.int32()),
+            ("latency_ms", pa.float64()),
+            ("duration_ms", pa.float64()),
+            ("error_kind", pa.string()),
+            ("status", pa.string()),
+            ("payload", pa.string()),
+        ]
+    )
+    if tuple(schema.names) != EVENT_COLUMNS:
+        raise AssertionError("events schema and columns disagree")
+    return schema
+
+
 # Every event has these; a row without them is malformed (see rows_to_table).
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "id",
@@ -118,24 +110,29 @@ CREATE TABLE IF NOT EXISTS rejected_rows (
 
 
 def rows_to_table(rows: Sequence[Mapping[str, Any]]) -> tuple[pa.Table, list[tuple[Any, str]]]:
-    """Convert rows to one Arrow table of :data:`EVENT_SCHEMA`.
+    """Convert rows to one Arrow table of :func:`event_schema`.
 
     Returns the table of well-formed rows and the malformed ones with the
     reason; a malformed row can never be written, so it must not hold back the
     rest of its batch.
     """
+    import pyarrow as pa
+
+    schema = event_schema()
+    # What Arrow raises for a value of the wrong type or range.
+    unconvertible = (pa.ArrowException, TypeError, ValueError, OverflowError)
     try:
-        table = pa.Table.from_pylist(list(rows), schema=EVENT_SCHEMA)
+        table = pa.Table.from_pylist(list(rows), schema=schema)
         if not any(table.column(c).null_count for c in REQUIRED_COLUMNS):
             return table, []
-    except Exception:
+    except unconvertible:
         pass  # find the culprits row by row below
     good: list[Mapping[str, Any]] = []
     bad: list[tuple[Any, str]] = []
     for row in rows:
         try:
-            one = pa.Table.from_pylist([row], schema=EVENT_SCHEMA)
-        except Exception as exc:
+            one = pa.Table.from_pylist([row], schema=schema)
+        except unconvertible as exc:
             bad.append((row, f"{type(exc).__name__}: {exc}"))
             continue
         missing = [c for c in REQUIRED_COLUMNS if one.column(c).null_count]
@@ -143,101 +140,17 @@ def rows_to_table(rows: Sequence[Mapping[str, Any]]) -> tuple[pa.Table, list[tup
             bad.append((row, f"missing required column(s): {', '.join(missing)}"))
         else:
             good.append(row)
-    return pa.Table.from_pylist(good, schema=EVENT_SCHEMA), bad
+    return pa.Table.from_pylist(good, schema=schema), bad
 
 
-# --------------------------------------------------------------------------
-# Queries
-# --------------------------------------------------------------------------
+def _connection_lost(exc: BaseException) -> bool:
+    """After these the connection is unusable (closed, or the database
+    invalidated); the next call opens a fresh one."""
+    import duckdb
 
-
-@dataclass(frozen=True)
-class QueryResult:
-    """The result of an audit query: column names and rows."""
-
-    columns: list[str]
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-
-    def as_dicts(self) -> list[dict[str, Any]]:
-        """The rows as ``{column: value}`` dicts."""
-        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
-
-
-_READ_ONLY_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
-
-
-def _parse_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
-    """Parse ``sql`` and refuse it unless every statement only reads."""
-    try:
-        statements = con.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise AuditQueryError(f"audit query failed: {exc}") from exc
-    if not statements:
-        raise AuditQueryError("audit query is empty")
-    refused = [s.type.name for s in statements if s.type not in _READ_ONLY_STATEMENTS]
-    if refused:
-        raise AuditQueryError(
-            "audit queries are read-only (SELECT, EXPLAIN); refused "
-            f"{', '.join(refused)} statement{'s' if len(refused) > 1 else ''}"
-        )
-    return statements
-
-
-def _run_read_only(cur: duckdb.DuckDBPyConnection, sql: str) -> QueryResult:
-    """Run ``sql`` on a dedicated cursor inside a read-only transaction.
-
-    The statement-type check alone is not enough: ``WITH d AS (DELETE ...
-    RETURNING *) SELECT ...`` parses as a SELECT and ``EXPLAIN ANALYZE``
-    executes its statement. The read-only transaction refuses both.
-    """
-    statements = _parse_read_only(cur, sql)
-    result = QueryResult(columns=[])
-    try:
-        cur.execute("BEGIN TRANSACTION READ ONLY")
-        for statement in statements:
-            cur.execute(statement)
-            # Always fetch fully: a partly fetched result blocks the connection.
-            rows = cur.fetchall()
-            columns = [d[0] for d in cur.description or ()]
-            result = QueryResult(columns=columns, rows=rows)
-    except duckdb.Error as exc:
-        if "read-only mode" in str(exc):
-            raise AuditQueryError(
-                f"audit queries are read-only; refused a statement that writes: {exc}"
-            ) from exc
-        raise AuditQueryError(f"audit query failed: {exc}") from exc
-    return result
-
-
-def read_only_query(path: str | Path, sql: str) -> QueryResult:
-    """Query an audit file directly, for when no runtime has it open.
-
-    Only SELECT and EXPLAIN statements are admitted. A running runtime holds
-    the file's write lock; query through it (``AuditLogActor.query``) instead.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise AuditQueryError(f"no audit log at {path}")
-    try:
-        con = duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
-    except duckdb.Error as exc:
-        raise AuditQueryError(
-            f"cannot open audit log {path} read-only (is a runtime using it? "
-            f"then query through the runtime): {exc}"
-        ) from exc
-    try:
-        return _run_read_only(con, sql)
-    finally:
-        con.close()
-
-
-# --------------------------------------------------------------------------
-# Writer
-# --------------------------------------------------------------------------
-
-# After these the connection is unusable (closed, or the database invalidated);
-# the next call opens a fresh one.
-_CONNECTION_LOST = (duckdb.ConnectionException, duckdb.FatalException, duckdb.InternalException)
+    return isinstance(
+        exc, duckdb.ConnectionException | duckdb.FatalException | duckdb.InternalException
+    )
 
 
 class AuditWriter:
@@ -258,6 +171,8 @@ class AuditWriter:
         self._con: duckdb.DuckDBPyConnection | None = self._open()
 
     def _open(self) -> duckdb.DuckDBPyConnection:
+        import duckdb
+
         # No file access from SQL: queries must not read or write other files.
         con = duckdb.connect(self.path, config={"enable_external_access": False})
         try:
@@ -278,7 +193,9 @@ class AuditWriter:
         return self._con
 
     def _lost(self, exc: BaseException) -> None:
-        if isinstance(exc, _CONNECTION_LOST) and self._con is not None:
+        import duckdb
+
+        if _connection_lost(exc) and self._con is not None:
             log.error("audit log connection lost (%s); reopening on next use", exc)
             try:
                 self._con.close()
@@ -365,6 +282,8 @@ class AuditWriter:
 
     @staticmethod
     def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+        import duckdb
+
         try:
             con.execute("ROLLBACK")
         except duckdb.Error:
@@ -374,18 +293,22 @@ class AuditWriter:
 
     def query(self, sql: str) -> QueryResult:
         """Run a read-only query (SELECT / EXPLAIN only); raises AuditQueryError."""
+        import duckdb
+
         try:
             cur = self._connection().cursor()
         except duckdb.Error as exc:
             self._lost(exc)
             raise AuditQueryError(f"audit query failed: {exc}") from exc
         try:
-            return _run_read_only(cur, sql)
+            return run_read_only(cur, sql)
         finally:
             cur.close()
 
     def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
         """Rebuild a conversation from its ``chat_message`` events, in order."""
+        import duckdb
+
         try:
             cur = self._connection().cursor()
         except duckdb.Error as exc:
@@ -419,30 +342,4 @@ class AuditWriter:
         self.close()
 
 
-class AuditLogStats(TypedDict):
-    """Counters of an audit log writer (see ``AuditLogActor.stats``)."""
-
-    path: str
-    rows_written: int
-    batches_written: int
-    rows_rejected: int
-    # Replayed rows (resent after a source was killed) that were already written.
-    duplicates_skipped: int
-    write_errors: int
-    pending: int
-    last_error: str | None
-
-
-__all__ = [
-    "EVENT_COLUMNS",
-    "EVENT_SCHEMA",
-    "AuditBuffer",
-    "AuditLogStats",
-    "AuditOverloadedError",
-    "AuditSpoolInUseError",
-    "AuditWriter",
-    "QueryResult",
-    "event_to_row",
-    "read_only_query",
-    "rows_to_table",
-]
+__all__ = ["REQUIRED_COLUMNS", "AuditWriter", "event_schema", "rows_to_table"]

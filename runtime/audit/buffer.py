@@ -1,7 +1,7 @@
-"""The source side of the audit log: events to rows, and the batching buffer.
+"""The source side of the audit log: the batching buffer every persona records into.
 
-Kept apart from :mod:`runtime.audit` (the DuckDB writer) so that persona
-processes, which only record events, never import DuckDB or Arrow.
+Kept apart from the writer so that persona processes, which only record
+events, never import DuckDB or Arrow.
 
 With a spool file the buffer also survives its process being killed: every
 recorded row is appended to the spool first, and a buffer created on the same
@@ -15,227 +15,17 @@ import asyncio
 import collections
 import fcntl
 import io
-import itertools
-import json
 import logging
 import math
 import os
 import time
-import uuid
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from runtime.errors import CoterieError
-from runtime.messages import (
-    HistoryAppended,
-    ModelCalled,
-    ToolCalled,
-    ToolFinished,
-    ToolResultMessage,
-    TurnEnded,
-    TurnEvent,
-    turn_event_adapter,
-)
+from runtime.audit.rows import Row, Send, event_to_row
+from runtime.audit.spool import LOCK_WAIT, open_spool, read_spool, spool_line
+from runtime.messages import TurnEvent
 
 log = logging.getLogger("coterie.audit")
-
-Row = dict[str, Any]
-# Ships one batch of rows to the audit log (e.g. ``AuditLogActor.append``).
-Send = Callable[[list[Row]], Awaitable[object]]
-
-# The columns of the ``events`` table, in order (runtime.audit holds the types).
-EVENT_COLUMNS: tuple[str, ...] = (
-    "id",
-    "seq",
-    "ts",
-    "kind",
-    "persona",
-    "conversation_id",
-    "turn_id",
-    "provider",
-    "model",
-    "tool",
-    "call_id",
-    "input_tokens",
-    "output_tokens",
-    "latency_ms",
-    "duration_ms",
-    "error_kind",
-    "status",
-    "payload",
-)
-
-# Orders events of one process that share a timestamp; ``ts`` orders the rest.
-_seq = itertools.count(1)
-
-
-def event_to_row(event: TurnEvent) -> Row:
-    """Flatten a turn event into a row of the ``events`` table.
-
-    Columns that do not apply to the event's kind are ``None``; ``payload``
-    holds the whole event as JSON, so nothing is lost by flattening.
-    """
-    return _event_row(
-        event, str(uuid.uuid4()), next(_seq), turn_event_adapter.dump_json(event).decode()
-    )
-
-
-def _event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
-    """The row of ``event``; ``payload`` is its JSON (the spool replays it verbatim)."""
-    row: Row = dict.fromkeys(EVENT_COLUMNS)
-    row["id"] = row_id
-    row["seq"] = seq
-    row["ts"] = datetime.fromtimestamp(event.ts, UTC)
-    row["kind"] = event.kind
-    row["persona"] = event.persona
-    row["conversation_id"] = event.conversation_id
-    row["turn_id"] = event.turn_id
-    row["payload"] = payload
-    if isinstance(event, ModelCalled):
-        row["provider"] = event.provider
-        row["model"] = event.model
-        row["input_tokens"] = event.input_tokens
-        row["output_tokens"] = event.output_tokens
-        row["latency_ms"] = event.latency_ms
-        if event.error is not None:
-            row["error_kind"] = "model_error"
-    elif isinstance(event, ToolCalled):
-        row["tool"] = event.tool
-        row["call_id"] = event.call_id
-    elif isinstance(event, ToolFinished):
-        row["tool"] = event.tool
-        row["call_id"] = event.call_id
-        row["duration_ms"] = event.duration_ms
-        row["error_kind"] = event.error_kind
-    elif isinstance(event, TurnEnded):
-        row["status"] = event.status
-        row["duration_ms"] = event.duration_ms
-        if event.error is not None or event.status in ("failed", "error"):
-            row["error_kind"] = "turn_error"
-    elif isinstance(event, HistoryAppended) and isinstance(event.message, ToolResultMessage):
-        # Only the join key: tool and error_kind stay on the tool_result event so
-        # that aggregations over those columns do not count a tool call twice.
-        row["call_id"] = event.message.call_id
-    return row
-
-
-# --------------------------------------------------------------------------
-# Spool: the buffer's write-ahead file
-# --------------------------------------------------------------------------
-
-# One spool line per row: its id and seq, then the event as recorded, verbatim
-# (the row's payload). Every other column derives from the event, so the line
-# is lossless, and writing it costs no JSON encoding: the payload already is
-# JSON (without raw newlines: JSON escapes them in strings).
-_EVENT_KEY = ',"event":'
-
-
-def _spool_line(row: Row) -> bytes:
-    return f'{{"id":"{row["id"]}","seq":{row["seq"]}{_EVENT_KEY}{row["payload"]}}}\n'.encode()
-
-
-def _spool_row(line: bytes) -> Row:
-    """The row a spool line holds; ValueError if it is not a whole line."""
-    head, sep, rest = line.decode().partition(_EVENT_KEY)
-    if not sep or not rest.endswith("}"):
-        raise ValueError("not a spool line")
-    meta = json.loads(head + "}")
-    row_id, seq, payload = meta.get("id"), meta.get("seq"), rest[:-1]
-    if not isinstance(row_id, str) or not isinstance(seq, int):
-        raise ValueError("spool line without id or seq")
-    try:
-        event = turn_event_adapter.validate_json(payload)
-    except ValueError:
-        # Written by another version of the event models: keep the event with
-        # the columns every event has rather than lose it.
-        return _raw_row(row_id, seq, payload)
-    return _event_row(event, row_id, seq, payload)
-
-
-def _raw_row(row_id: str, seq: int, payload: str) -> Row:
-    data = json.loads(payload)
-    row: Row = dict.fromkeys(EVENT_COLUMNS)
-    try:
-        row["ts"] = datetime.fromtimestamp(data["ts"], UTC)
-        for column in ("kind", "persona", "conversation_id", "turn_id"):
-            row[column] = str(data[column])
-    except (KeyError, TypeError, OverflowError) as exc:
-        raise ValueError(f"unreadable spooled event: {exc!r}") from exc
-    row.update(id=row_id, seq=seq, payload=payload)
-    return row
-
-
-def _read_spool(path: Path) -> tuple[list[Row], int, int]:
-    """The rows in a spool, the size of its whole lines, and how many lines were bad."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return [], 0, 0
-    # A last line without its newline was torn by a kill mid-write: its
-    # record() never returned, so it is not part of the log.
-    end = data.rfind(b"\n") + 1
-    rows: list[Row] = []
-    bad = 0
-    for line in data[:end].split(b"\n")[:-1]:
-        try:
-            rows.append(_spool_row(line))
-        except ValueError:
-            bad += 1
-    return rows, end, bad
-
-
-_LOCK_WAIT = 2.0
-
-
-def _open_spool(path: Path) -> io.FileIO:
-    """Open the spool for appending, locked against any other buffer.
-
-    Two buffers on one spool would truncate each other's unsent rows. A killed
-    process's lock goes with it, so waiting briefly covers a restart racing the
-    old process's exit.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + _LOCK_WAIT
-    while True:
-        # Unbuffered append: one write(2) per row, always at the end.
-        spool = open(path, "ab", buffering=0)  # noqa: SIM115 - owned by the buffer
-        try:
-            fcntl.flock(spool.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            spool.close()
-            if time.monotonic() >= deadline:
-                raise AuditSpoolInUseError(
-                    f"audit spool {path} is in use by another audit buffer"
-                ) from None
-            time.sleep(0.02)
-            continue
-        except BaseException:
-            spool.close()
-            raise
-        try:
-            same = os.path.samestat(os.fstat(spool.fileno()), os.stat(path))
-        except FileNotFoundError:
-            same = False
-        if same:
-            return spool
-        # Replaced (compacted) or removed while we waited: lock the current file.
-        spool.close()
-
-
-# --------------------------------------------------------------------------
-# Source-side buffer
-# --------------------------------------------------------------------------
-
-
-class AuditOverloadedError(CoterieError):
-    """The audit log holds too many unwritten rows to accept more right now."""
-
-
-class AuditSpoolInUseError(CoterieError):
-    """Another audit buffer (in this or another process) holds the spool file."""
-
 
 _MAX_BACKOFF = 5.0
 _LOG_INTERVAL = 5.0
@@ -261,7 +51,9 @@ class AuditBuffer:
     it. A new buffer on the same spool (the restarted process) starts with the
     rows left there and sends them through ``replay`` before any new row. The
     spool is only truncated once they are acknowledged, so a crash during
-    recovery loses nothing either. One buffer at a time may use a spool.
+    recovery loses nothing either. One buffer at a time may use a spool: a second
+    one waits up to ``spool_lock_wait`` seconds (a killed predecessor's lock goes
+    with its process) and then raises :class:`AuditSpoolInUseError`.
     """
 
     def __init__(
@@ -273,6 +65,7 @@ class AuditBuffer:
         max_events: int = 500,
         interval: float = 0.2,
         max_pending: int = 100_000,
+        spool_lock_wait: float = LOCK_WAIT,
     ) -> None:
         if max_events < 1 or max_pending < max_events or interval <= 0:
             raise ValueError("need max_events >= 1, max_pending >= max_events, interval > 0")
@@ -304,6 +97,7 @@ class AuditBuffer:
         self._unlogged_drops = 0
         self._last_drop_log = -math.inf
         self._spool_path = Path(spool_path) if spool_path is not None else None
+        self._spool_lock_wait = spool_lock_wait
         self._spool: io.FileIO | None = None
         self._spool_size = 0  # bytes of whole lines in the spool
         self._spooled = 0  # lines in the spool
@@ -320,13 +114,13 @@ class AuditBuffer:
         Only reads the file: a buffer created on the spool replays these rows
         itself.
         """
-        rows, _, _ = _read_spool(Path(spool_path))
+        rows, _, _ = read_spool(Path(spool_path))
         return rows
 
     def _recover(self, path: Path) -> None:
-        spool = _open_spool(path)
+        spool = open_spool(path, lock_wait=self._spool_lock_wait)
         try:
-            rows, size, bad = _read_spool(path)
+            rows, size, bad = read_spool(path)
             if size != os.fstat(spool.fileno()).st_size:
                 # Cut the torn last line, or the next row would be glued to it.
                 spool.truncate(size)
@@ -398,7 +192,7 @@ class AuditBuffer:
 
     def _spool_append(self, row: Row) -> None:
         assert self._spool is not None
-        line = _spool_line(row)
+        line = spool_line(row)
         try:
             written = self._spool.write(line)
             if written != len(line):
@@ -453,7 +247,7 @@ class AuditBuffer:
         path = self._spool_path
         tmp = path.with_name(path.name + ".compact")
         rows = [*self._inflight, *self._rows]
-        data = b"".join(_spool_line(r) for r in rows)
+        data = b"".join(spool_line(r) for r in rows)
         new: io.FileIO | None = None
         try:
             new = open(tmp, "ab", buffering=0)  # noqa: SIM115 - replaces self._spool
@@ -611,12 +405,4 @@ class AuditBuffer:
             self._spool = None
 
 
-__all__ = [
-    "EVENT_COLUMNS",
-    "AuditBuffer",
-    "AuditOverloadedError",
-    "AuditSpoolInUseError",
-    "Row",
-    "Send",
-    "event_to_row",
-]
+__all__ = ["AuditBuffer"]

@@ -1,7 +1,8 @@
 """Reading documents for the knowledge base: UTF-8 text and PDF.
 
 Every expected failure is a :class:`~runtime.errors.ToolError` the model can
-act on (``not_found``, ``too_large``, ``unreadable``). ``pypdf`` is imported
+act on (``not_found``, ``too_large``, ``binary_file``, ``not_utf8``,
+``unreadable``). ``pypdf`` is imported
 only when a PDF is read.
 """
 
@@ -57,12 +58,12 @@ def _utf8_text(path: Path, data: bytes) -> str:
     if b"\x00" in data[:_SNIFF]:
         # Valid UTF-8 can contain NUL, but text documents do not: this is a
         # binary file (an image, an archive, UTF-16 …).
-        raise ToolError("unreadable", f"{path} looks like a binary file, not text or PDF")
+        raise ToolError("binary_file", f"{path} looks like a binary file, not text or PDF")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ToolError(
-            "unreadable",
+            "not_utf8",
             f"{path} is not UTF-8 text (invalid byte at offset {exc.start}); "
             "convert it to UTF-8 first",
         ) from None

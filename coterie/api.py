@@ -20,15 +20,24 @@ from typing import Any, TypeVar
 
 import ray
 
+from actors._ray import (
+    NAMESPACE,
+    RayPersonaLink,
+    audit_name,
+    memory_name,
+    remote,
+    router_name,
+    runtime_id,
+    unwrap,
+)
 from actors.audit import get_or_create_audit_log
-from actors.directory import PersonaDirectory, unwrap
 from actors.memory import get_or_create_memory_store
-from actors.naming import NAMESPACE, audit_name, memory_name, router_name, runtime_id
 from actors.router import RouterActorRemote
 from runtime.audit import QueryResult
 from runtime.config import RuntimeSettings, load_settings, resolve_home
 from runtime.errors import CoterieError, DeliveryError
-from runtime.messages import MessageEnvelope, ReplyEnvelope
+from runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope
+from runtime.routing import Directory, PersonaInfo
 
 DEFAULT_ASK_TIMEOUT = 120.0
 T = TypeVar("T")
@@ -91,11 +100,10 @@ class Runtime:
             audit_actor=audit_name(self.id),
             router_actor=router_name(self.id),
             memory_actor=memory_name(self.id),
-            detached=detached,
             settings=self.settings,
         )
         ray.get(self.router.ping.remote())
-        self.directory = PersonaDirectory(router_name(self.id), namespace)
+        self.directory: Directory[Any] = Directory(RayPersonaLink(router_name(self.id), namespace))
         # Sync calls run the async delivery on one background loop.
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -208,9 +216,9 @@ class Runtime:
         envelope.reply_mode = "none"
         self._run(self.directory.post(envelope))
 
-    def personas(self) -> list[dict[str, Any]]:
+    def personas(self) -> list[PersonaInfo]:
         """Name, description and activity of every persona in the home."""
-        result: list[dict[str, Any]] = self._run(self.directory.call_router("personas"))
+        result: list[PersonaInfo] = self._run(self.directory.call_router("personas"))
         return result
 
     # -- audit -----------------------------------------------------------
@@ -223,11 +231,16 @@ class Runtime:
     def query(self, sql: str) -> QueryResult:
         """Run a read-only SQL query on the audit store (after a flush)."""
         self.flush()
-        try:
-            result: QueryResult = ray.get(self.audit.query.remote(sql))
-        except ray.exceptions.RayError as exc:
-            raise unwrap(exc) from None
+        result: QueryResult = self._run(remote(self.audit.query.remote(sql)))
         return result
+
+    def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
+        """A conversation's messages as the audit log holds them, oldest first."""
+        self.flush()
+        messages: list[ChatMessage] = self._run(
+            remote(self.audit.history.remote(persona, conversation_id))
+        )
+        return messages
 
     # -- lifecycle -------------------------------------------------------
 

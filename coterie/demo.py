@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from importlib import resources
+from pathlib import Path
 
-import ray
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from actors.api import Runtime
+from coterie.api import Runtime
 from runtime.errors import CoterieError
 from runtime.messages import (
     AssistantMessage,
@@ -32,12 +33,18 @@ from runtime.messages import (
     new_id,
 )
 
+#: The demo's personas, shipped inside the package (``configs/personas`` in
+#: the repository).
+BUNDLED_PERSONAS = Path(str(resources.files("coterie.configs") / "personas"))
+
 DELEGATION = "Coordinate the product launch, please."
 SCENARIO = [
     ("concierge", "What time is it right now?"),
     ("researcher", "Double-check the current time for me, please."),
     ("planner", "Please plan the product launch."),
 ]
+#: Every persona the demo talks to: the three of act 1, and the coordinator.
+DEMO_PERSONAS = (*(persona for persona, _ in SCENARIO), "coordinator")
 
 
 def _args(arguments: dict[str, object] | str) -> str:
@@ -78,7 +85,7 @@ async def _ask_all(rt: Runtime, run_id: str) -> list[ReplyEnvelope]:
 
 
 def _panel(rt: Runtime, persona: str, conversation_id: str, since: float, title: str) -> Panel:
-    history: list[ChatMessage] = ray.get(rt.audit.history.remote(persona, conversation_id))
+    history = rt.history(persona, conversation_id)
     recent = [m for m in history if m.ts >= since]
     return Panel(render_transcript(persona, recent), title=title, expand=False)
 
@@ -144,4 +151,4 @@ def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
     return replies
 
 
-__all__ = ["SCENARIO", "render_transcript", "run_demo"]
+__all__ = ["BUNDLED_PERSONAS", "DEMO_PERSONAS", "SCENARIO", "render_transcript", "run_demo"]

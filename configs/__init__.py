@@ -1,0 +1,1 @@
+"""Data shipped with coterie: the demo personas (installed as ``coterie.configs``)."""

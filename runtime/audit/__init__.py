@@ -1,0 +1,29 @@
+"""The audit log: rows, the source-side buffer and its spool, the DuckDB writer,
+read-only queries, and the log that batches writes.
+
+Importing this package loads neither DuckDB nor Arrow; they load when a writer
+is made (or a file is queried), so persona processes never pay for them.
+"""
+
+from __future__ import annotations
+
+from runtime.audit.buffer import AuditBuffer
+from runtime.audit.log import AuditLog, AuditLogStats
+from runtime.audit.query import QueryResult, read_only_query
+from runtime.audit.rows import EVENT_COLUMNS, Row, Send, event_to_row
+from runtime.audit.writer import AuditWriter, event_schema, rows_to_table
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "AuditBuffer",
+    "AuditLog",
+    "AuditLogStats",
+    "AuditWriter",
+    "QueryResult",
+    "Row",
+    "Send",
+    "event_schema",
+    "event_to_row",
+    "read_only_query",
+    "rows_to_table",
+]

@@ -1,0 +1,106 @@
+"""Audit rows: a turn event flattened into a row of the ``events`` table.
+
+Plain Python (no DuckDB, no Arrow): persona processes make rows, only the
+writer's process loads the database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from runtime.messages import (
+    HistoryAppended,
+    ModelCalled,
+    ToolCalled,
+    ToolFinished,
+    ToolResultMessage,
+    TurnEnded,
+    TurnEvent,
+    turn_event_adapter,
+)
+
+Row = dict[str, Any]
+# Ships one batch of rows to the audit log (e.g. ``AuditLog.append``).
+Send = Callable[[list[Row]], Awaitable[object]]
+
+# The columns of the ``events`` table, in order (runtime.audit.writer holds the types).
+EVENT_COLUMNS: tuple[str, ...] = (
+    "id",
+    "seq",
+    "ts",
+    "kind",
+    "persona",
+    "conversation_id",
+    "turn_id",
+    "provider",
+    "model",
+    "tool",
+    "call_id",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "duration_ms",
+    "error_kind",
+    "status",
+    "payload",
+)
+
+# Orders events of one process that share a timestamp; ``ts`` orders the rest.
+_seq = itertools.count(1)
+
+
+def event_to_row(event: TurnEvent) -> Row:
+    """Flatten a turn event into a row of the ``events`` table.
+
+    Columns that do not apply to the event's kind are ``None``; ``payload``
+    holds the whole event as JSON, so nothing is lost by flattening.
+    """
+    return event_row(
+        event, str(uuid.uuid4()), next(_seq), turn_event_adapter.dump_json(event).decode()
+    )
+
+
+def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
+    """The row of ``event``; ``payload`` is its JSON (the spool replays it verbatim)."""
+    row: Row = dict.fromkeys(EVENT_COLUMNS)
+    row["id"] = row_id
+    row["seq"] = seq
+    row["ts"] = datetime.fromtimestamp(event.ts, UTC)
+    row["kind"] = event.kind
+    row["persona"] = event.persona
+    row["conversation_id"] = event.conversation_id
+    row["turn_id"] = event.turn_id
+    row["payload"] = payload
+    if isinstance(event, ModelCalled):
+        row["provider"] = event.provider
+        row["model"] = event.model
+        row["input_tokens"] = event.input_tokens
+        row["output_tokens"] = event.output_tokens
+        row["latency_ms"] = event.latency_ms
+        if event.error is not None:
+            row["error_kind"] = "model_error"
+    elif isinstance(event, ToolCalled):
+        row["tool"] = event.tool
+        row["call_id"] = event.call_id
+    elif isinstance(event, ToolFinished):
+        row["tool"] = event.tool
+        row["call_id"] = event.call_id
+        row["duration_ms"] = event.duration_ms
+        row["error_kind"] = event.error_kind
+    elif isinstance(event, TurnEnded):
+        row["status"] = event.status
+        row["duration_ms"] = event.duration_ms
+        if event.error is not None or event.status in ("failed", "error"):
+            row["error_kind"] = "turn_error"
+    elif isinstance(event, HistoryAppended) and isinstance(event.message, ToolResultMessage):
+        # Only the join key: tool and error_kind stay on the tool_result event so
+        # that aggregations over those columns do not count a tool call twice.
+        row["call_id"] = event.message.call_id
+    return row
+
+
+__all__ = ["EVENT_COLUMNS", "Row", "Send", "event_row", "event_to_row"]

@@ -1,0 +1,282 @@
+"""MemoryServer: one owner of the memory store for every persona.
+
+What the MemoryStore actor runs (and what an in-process runtime can run
+itself): the store is opened on first use, off the event loop; memory writes
+arriving close together are coalesced into one batch (one embedding call,
+one table write); index maintenance runs on a timer in a worker thread and
+never blocks queries. Every call names its persona; :class:`MemoryClient`
+binds one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.config import MemorySettings
+from runtime.errors import ToolError
+from runtime.memory.embedders import LazyEmbedder
+from runtime.memory.records import (
+    IngestResult,
+    MemoryInput,
+    MemoryRow,
+    MemoryStats,
+    Mode,
+    RecallHit,
+    Source,
+    UserModelRow,
+)
+from runtime.memory.store import MemoryStore
+
+log = logging.getLogger("coterie.memory")
+
+#: How long a write waits for others to join its batch.
+BATCH_WINDOW = 0.005
+#: Most memories written by one embedding call and one commit.
+MAX_BATCH = 256
+
+
+@dataclass
+class _Write:
+    item: MemoryInput
+    future: asyncio.Future[MemoryRow]
+
+
+def open_store(uri: str, settings: MemorySettings) -> MemoryStore:
+    """The store of ``settings`` at ``uri``; its embedder loads on first use."""
+    return MemoryStore(
+        uri, LazyEmbedder(settings), storage_options=settings.storage_options or None
+    )
+
+
+class MemoryServer:
+    """Every persona's memories, knowledge and user model (persona-scoped).
+
+    ``store`` serves an already open store (tests, scripts); otherwise one is
+    opened at ``uri`` on first use. Maintenance runs every
+    ``settings.optimize_interval`` seconds once something was written.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        settings: MemorySettings | None = None,
+        *,
+        store: MemoryStore | None = None,
+        batch_window: float = BATCH_WINDOW,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        if max_batch < 1 or batch_window < 0:
+            raise ValueError("need max_batch >= 1 and batch_window >= 0")
+        self.uri = uri
+        self.settings = settings or MemorySettings()
+        self._store = store
+        self._store_lock: asyncio.Lock | None = None
+        self._batch_window = batch_window
+        self._max_batch = max_batch
+        self._pending: list[_Write] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._closed = False
+        self.writes = 0
+        self.batches = 0
+        self.optimizations = 0
+        self.optimize_errors = 0
+
+    @classmethod
+    def serving(cls, store: MemoryStore, settings: MemorySettings | None = None) -> MemoryServer:
+        """A server over an open store."""
+        return cls(store.uri, settings, store=store)
+
+    async def _get_store(self) -> MemoryStore:
+        if self._closed:
+            raise RuntimeError("memory server is closed")
+        if self._store is None:
+            if self._store_lock is None:
+                self._store_lock = asyncio.Lock()
+            async with self._store_lock:
+                if self._store is None:
+                    # Opening tables (and maybe loading a model) takes seconds: off the loop.
+                    self._store = await asyncio.to_thread(open_store, self.uri, self.settings)
+        if self._maintenance is None:
+            self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+        return self._store
+
+    async def _run(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        store = await self._get_store()
+        return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
+
+    # -- memories ------------------------------------------------------------
+
+    async def write(
+        self, persona: str, *, category: str, content: str, importance: int
+    ) -> MemoryRow:
+        """Write one memory; concurrent writes share one embedding call and commit."""
+        await self._get_store()
+        future: asyncio.Future[MemoryRow] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Write(MemoryInput(persona, category, content, importance), future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_writes())
+        return await future
+
+    async def _flush_writes(self) -> None:
+        store = await self._get_store()
+        while self._pending:
+            await asyncio.sleep(self._batch_window)  # let concurrent writes join the batch
+            batch = self._pending[: self._max_batch]
+            self._pending = self._pending[self._max_batch :]
+            items = [w.item for w in batch]
+            try:
+                rows = await asyncio.to_thread(store.write_memories, items)
+            except ToolError:
+                # One bad item must not fail its neighbours: write them singly.
+                for write in batch:
+                    await self._write_one(store, write)
+                continue
+            except Exception as exc:  # every waiter hears of it; nothing is lost silently
+                for write in batch:
+                    write.future.set_exception(exc)
+                continue
+            self.writes += len(rows)
+            self.batches += 1
+            for write, row in zip(batch, rows, strict=True):
+                write.future.set_result(row)
+
+    async def _write_one(self, store: MemoryStore, write: _Write) -> None:
+        try:
+            [row] = await asyncio.to_thread(store.write_memories, [write.item])
+        except Exception as exc:  # handed to the one caller this write belongs to
+            write.future.set_exception(exc)
+            return
+        self.writes += 1
+        self.batches += 1
+        write.future.set_result(row)
+
+    async def update(
+        self,
+        persona: str,
+        memory_id: str,
+        *,
+        content: str,
+        category: str | None = None,
+        importance: int | None = None,
+    ) -> MemoryRow:
+        row: MemoryRow = await self._run(
+            "update_memory",
+            persona,
+            memory_id,
+            content=content,
+            category=category,
+            importance=importance,
+        )
+        self.writes += 1
+        return row
+
+    async def delete(self, persona: str, memory_id: str) -> None:
+        await self._run("delete_memory", persona, memory_id)
+        self.writes += 1
+
+    async def recall(
+        self,
+        persona: str,
+        *,
+        query: str = "",
+        source: Source = "all",
+        category: str | None = None,
+        limit: int = 8,
+        date: str | None = None,
+        mode: Mode = "hybrid",
+    ) -> list[RecallHit]:
+        hits: list[RecallHit] = await self._run(
+            "recall",
+            persona,
+            query=query,
+            source=source,
+            category=category,
+            limit=limit,
+            date=date,
+            mode=mode,
+        )
+        return hits
+
+    # -- knowledge and user model ----------------------------------------------
+
+    async def ingest(self, persona: str, *, source: str, text: str) -> IngestResult:
+        result: IngestResult = await self._run("ingest", persona, source=source, text=text)
+        self.writes += 1
+        return result
+
+    async def write_user_model(
+        self, persona: str, *, dimension: str, content: str, confidence: int
+    ) -> UserModelRow:
+        row: UserModelRow = await self._run(
+            "write_user_model",
+            persona,
+            dimension=dimension,
+            content=content,
+            confidence=confidence,
+        )
+        self.writes += 1
+        return row
+
+    async def user_model(self, persona: str) -> list[UserModelRow]:
+        rows: list[UserModelRow] = await self._run("user_model", persona)
+        return rows
+
+    # -- maintenance -------------------------------------------------------------
+
+    async def _maintain(self) -> None:
+        written = 0
+        while True:
+            await asyncio.sleep(self.settings.optimize_interval)
+            if self.writes == written:
+                continue
+            written = self.writes
+            try:
+                await self.optimize()
+            except Exception:  # logged and counted by optimize(); the next run tries again
+                continue
+
+    async def optimize(self) -> dict[str, bool]:
+        """Compact and fold new rows into the indexes (in a worker thread)."""
+        store = await self._get_store()
+        try:
+            done: dict[str, bool] = await asyncio.to_thread(store.optimize)
+        except Exception:
+            self.optimize_errors += 1
+            log.exception("memory index maintenance failed")
+            raise
+        self.optimizations += 1
+        return done
+
+    async def stats(self) -> MemoryStats:
+        store = await self._get_store()
+        return MemoryStats(
+            pid=os.getpid(),
+            uri=self.uri,
+            embedder=store.embedder.name,
+            rows=await asyncio.to_thread(store.counts),
+            writes=self.writes,
+            write_batches=self.batches,
+            optimizations=self.optimizations,
+            optimize_errors=self.optimize_errors,
+        )
+
+    async def ping(self) -> str:
+        return self.uri
+
+    async def aclose(self) -> None:
+        """Stop maintenance; writes already queued are still written."""
+        if self._flusher is not None and not self._flusher.done():
+            await self._flusher
+        self._closed = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+            self._maintenance = None
+
+
+__all__ = ["BATCH_WINDOW", "MAX_BATCH", "MemoryServer", "open_store"]

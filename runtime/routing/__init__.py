@@ -1,0 +1,23 @@
+"""Routing personas, without Ray: the roster of a home, the router's
+activation and passivation of virtual actors, the caller-side directory, the
+idle watcher, and retries through transient failures."""
+
+from __future__ import annotations
+
+from runtime.routing.directory import Directory, PersonaLink
+from runtime.routing.idle import IdleWatcher
+from runtime.routing.retry import retry_transient
+from runtime.routing.roster import ROSTER_LIMIT, Roster
+from runtime.routing.router import PersonaHost, PersonaInfo, Router
+
+__all__ = [
+    "ROSTER_LIMIT",
+    "Directory",
+    "IdleWatcher",
+    "PersonaHost",
+    "PersonaInfo",
+    "PersonaLink",
+    "Roster",
+    "Router",
+    "retry_transient",
+]

@@ -1,0 +1,215 @@
+"""Router: the address book of one runtime, and the lifecycle of its personas.
+
+Personas are *virtual actors*: a registered persona (a directory in the home)
+costs nothing until its first message, when :meth:`Router.resolve` starts its
+actor — once, however many callers ask at the same moment. An actor idle for
+``idle_timeout`` asks to be passivated and is stopped; the router remembers
+that it stopped it on purpose, so a caller that finds it gone knows its
+message was never taken and can resend.
+
+How actors are started, asked and stopped is a :class:`PersonaHost`'s
+business (Ray in a cluster; a fake in the unit tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from runtime.config import load_persona_dir
+from runtime.errors import ActorLostError, UnknownPersonaError
+from runtime.messages import MessageEnvelope, ReplyEnvelope
+from runtime.routing.roster import Roster
+
+H = TypeVar("H")
+
+#: Actor ids of deliberately stopped personas remembered (oldest forgotten first).
+PASSIVATED_CAP = 10_000
+
+
+class PersonaInfo(BaseModel):
+    """One persona of the home, as the router lists it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str
+    active: bool
+
+
+class PersonaHost(Protocol[H]):
+    """Starts, asks and stops the actors of personas (handles of type ``H``).
+
+    Calls to an actor that is gone raise :class:`ActorLostError`.
+    """
+
+    async def start(self, name: str, roster: list[tuple[str, str]]) -> H:
+        """Start (or find) the persona's actor and return once it answers."""
+        ...
+
+    async def deliver(self, handle: H, data: str) -> str:
+        """Hand the actor a message envelope (JSON); the reply envelope (JSON)."""
+        ...
+
+    async def prepare_passivation(self, handle: H, idle_timeout: float) -> bool:
+        """Ask the actor to close if still idle; whether it did."""
+        ...
+
+    async def flush(self, handle: H) -> None: ...
+
+    async def shutdown(self, handle: H) -> None: ...
+
+    def stop(self, handle: H) -> None:
+        """End the actor's process (it is not restarted)."""
+        ...
+
+    def actor_id(self, handle: H) -> str: ...
+
+
+class Router(Generic[H]):
+    """Activates, tracks and passivates the persona actors of one home."""
+
+    def __init__(
+        self,
+        home: Path,
+        host: PersonaHost[H],
+        *,
+        idle_timeout: float | None,
+        passivated_cap: int = PASSIVATED_CAP,
+    ) -> None:
+        self.home = home
+        self.host = host
+        self.idle_timeout = idle_timeout
+        self.roster = Roster(home)
+        self._actors: dict[str, H] = {}
+        self._activating: dict[str, asyncio.Task[H]] = {}
+        self._passivated: OrderedDict[str, None] = OrderedDict()
+        self._passivated_cap = passivated_cap
+
+    # -- activation --------------------------------------------------------
+
+    async def resolve(self, name: str) -> H:
+        """The actor of persona ``name``, started on first use.
+
+        Concurrent calls for one persona share one start; a caller that stops
+        waiting does not stop the start. Unknown names raise
+        :class:`UnknownPersonaError`, a broken persona file its own
+        :class:`~runtime.errors.PersonaConfigError`.
+        """
+        handle = self._actors.get(name)
+        if handle is not None:
+            return handle
+        task = self._activating.get(name)
+        if task is None:
+            if not self.roster.knows(name):
+                raise UnknownPersonaError(name, self.roster.names)
+            load_persona_dir(self.home / "personas" / name, name)  # a clear error if broken
+            task = asyncio.get_running_loop().create_task(self._start(name))
+            self._activating[name] = task
+            task.add_done_callback(lambda done: self._activated(name, done))
+        return await asyncio.shield(task)
+
+    async def _start(self, name: str) -> H:
+        handle = await self.host.start(name, self.roster.entries())
+        self._actors[name] = handle
+        return handle
+
+    def _activated(self, name: str, task: asyncio.Task[H]) -> None:
+        if self._activating.get(name) is task:
+            del self._activating[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every waiter may have gone
+
+    def activating(self, name: str) -> bool:
+        return name in self._activating
+
+    async def deliver(self, data: str) -> str:
+        """Deliver an envelope (JSON) through the router; returns the reply (JSON).
+
+        For callers without a directory: a recipient that dies becomes an
+        error reply rather than an exception.
+        """
+        envelope = MessageEnvelope.model_validate_json(data)
+        handle = await self.resolve(envelope.recipient)
+        try:
+            return await self.host.deliver(handle, data)
+        except ActorLostError as exc:
+            return ReplyEnvelope(
+                reply_to=envelope.id,
+                sender=envelope.recipient,
+                conversation_id=envelope.conversation_id,
+                turn_id="",
+                text="",
+                status="error",
+                error=f"persona {envelope.recipient!r} failed: {exc}",
+            ).model_dump_json()
+
+    # -- passivation -------------------------------------------------------
+
+    async def passivate(self, name: str) -> bool:
+        """Stop persona ``name``'s actor if it is still idle (it asked for this)."""
+        handle = self._actors.get(name)
+        timeout = self.idle_timeout
+        if handle is None or timeout is None or name in self._activating:
+            return False
+        try:
+            ready = await self.host.prepare_passivation(handle, timeout)
+        except ActorLostError:
+            ready = True  # already gone
+        if not ready:
+            return False
+        if self._actors.get(name) is handle:
+            del self._actors[name]
+        self._remember_passivated(self.host.actor_id(handle))
+        self.host.stop(handle)
+        return True
+
+    def _remember_passivated(self, actor_id: str) -> None:
+        self._passivated[actor_id] = None
+        while len(self._passivated) > self._passivated_cap:
+            self._passivated.popitem(last=False)
+
+    def was_passivated(self, actor_id: str) -> bool:
+        """Whether the actor with this id was stopped on purpose (while idle)."""
+        return actor_id in self._passivated
+
+    def active(self) -> list[str]:
+        return sorted(self._actors)
+
+    def handles(self) -> dict[str, H]:
+        return dict(self._actors)
+
+    # -- listing and lifecycle ---------------------------------------------
+
+    async def personas(self) -> list[PersonaInfo]:
+        """Every persona: name, description, whether its actor is active."""
+        self.roster.refresh()
+        # Reading thousands of persona files takes seconds: not on the loop,
+        # which must keep resolving and passivating meanwhile.
+        entries = await asyncio.to_thread(self.roster.entries, None)
+        return [PersonaInfo(name=n, description=d, active=n in self._actors) for n, d in entries]
+
+    async def flush_all(self) -> int:
+        """Flush every active persona's audit buffer; returns how many were asked."""
+        handles = list(self._actors.values())
+        await asyncio.gather(*(self.host.flush(h) for h in handles), return_exceptions=True)
+        return len(handles)
+
+    async def stop_all(self, others: dict[str, H] | None = None) -> int:
+        """Shut down and stop every active persona actor, and ``others`` (actors
+        this router did not start, found by the caller); returns how many."""
+        handles = {**(others or {}), **self._actors}
+        await asyncio.gather(
+            *(self.host.shutdown(h) for h in handles.values()), return_exceptions=True
+        )
+        for handle in handles.values():
+            self.host.stop(handle)
+        self._actors.clear()
+        return len(handles)
+
+
+__all__ = ["PASSIVATED_CAP", "PersonaHost", "PersonaInfo", "Router"]

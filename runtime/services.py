@@ -1,0 +1,141 @@
+"""The services a tool reaches the rest of the runtime through.
+
+Small protocols, defined here and implemented elsewhere: in-process in
+``runtime`` (a hub, a memory server, a local process table — for tests and
+single-process use) and over Ray in ``actors``. A tool sees them on its turn
+context (``ctx.services``); it never imports an implementation.
+
+Results are typed (the records of :mod:`runtime.memory.records` and
+:mod:`runtime.shell.records`): callers read fields, not dict keys. Input
+problems the model should read raise :class:`~runtime.errors.ToolError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from runtime.config import AccessLevel
+from runtime.memory.records import IngestResult, MemoryRow, RecallHit, Source, UserModelRow
+from runtime.messages import MessageEnvelope, ReplyEnvelope, TurnEvent
+from runtime.shell.handle import StartSpec
+from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult
+from runtime.shell.sandbox import Sandbox
+
+
+class AuditSink(Protocol):
+    """Where turn events go; buffered by the implementation."""
+
+    def record(self, event: TurnEvent) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class NullAudit:
+    """An audit sink that keeps events in a list (tests, in-process runs)."""
+
+    def __init__(self) -> None:
+        self.events: list[TurnEvent] = []
+
+    def record(self, event: TurnEvent) -> None:
+        self.events.append(event)
+
+    async def flush(self) -> None:
+        return None
+
+
+class Messenger(Protocol):
+    """Delivery between personas (the router in a cluster, a hub in-process)."""
+
+    async def ask(self, envelope: MessageEnvelope, *, timeout: float) -> ReplyEnvelope:
+        """Deliver and wait for the reply.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds (the target's turn
+        goes on), :class:`~runtime.errors.UnknownPersonaError`, or a
+        :class:`~runtime.errors.DeliveryError` such as ``QueueFullError``.
+        """
+        ...
+
+    async def post(self, envelope: MessageEnvelope) -> None:
+        """Deliver without waiting for the turn; raises if it was not accepted."""
+        ...
+
+
+class MemoryService(Protocol):
+    """Long-term memory of *one* persona (the runtime binds the persona)."""
+
+    async def write(self, *, category: str, content: str, importance: int) -> MemoryRow: ...
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        content: str,
+        category: str | None = None,
+        importance: int | None = None,
+    ) -> MemoryRow: ...
+
+    async def delete(self, memory_id: str) -> None: ...
+
+    async def recall(
+        self,
+        *,
+        query: str = "",
+        source: Source = "all",
+        category: str | None = None,
+        limit: int = 8,
+        date: str | None = None,
+    ) -> list[RecallHit]: ...
+
+    async def ingest(self, *, source: str, text: str) -> IngestResult: ...
+
+    async def write_user_model(
+        self, *, dimension: str, content: str, confidence: int
+    ) -> UserModelRow: ...
+
+    async def user_model(self) -> list[UserModelRow]:
+        """Every dimension of the persona's user model, in prompt order."""
+        ...
+
+
+class ProcessService(Protocol):
+    """A persona's shell processes, addressed by ``bg_<hex>`` ids.
+
+    Unknown ids raise ``ToolError("not_found", …)``.
+    """
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether commands run inside bubblewrap."""
+        ...
+
+    def sandbox(
+        self, workspace: Path, access: AccessLevel, persona_dir: Path | None, home: Path | None
+    ) -> Sandbox: ...
+
+    async def start(self, spec: StartSpec) -> str: ...
+
+    async def wait(self, pid: str, timeout: float | None) -> bool: ...
+
+    async def status(self, pid: str) -> ProcessStatus: ...
+
+    async def read(self, pid: str, since: int | None = None) -> ProcessOutput: ...
+
+    async def write(self, pid: str, data: bytes) -> int: ...
+
+    async def signal(self, pid: str, name: str) -> SignalResult: ...
+
+    async def list(self) -> list[ProcessStatus]: ...
+
+    async def remove(self, pid: str) -> ProcessStatus: ...
+
+    async def running(self) -> bool:
+        """Whether any command is still running."""
+        ...
+
+    async def close(self) -> None:
+        """Stop every process."""
+        ...
+
+
+__all__ = ["AuditSink", "MemoryService", "Messenger", "NullAudit", "ProcessService"]
