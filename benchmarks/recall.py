@@ -75,6 +75,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runtime.config import MemorySettings  # noqa: E402
 from runtime.memory import MemoryInput, MemoryStore, MiniLMEmbedder, Mode, _lance  # noqa: E402
 from runtime.memory.store import CANDIDATES  # noqa: E402
 from runtime.testing import recall_eval  # noqa: E402
@@ -458,7 +459,6 @@ def bench_actor(tmp: Path) -> dict[str, Any]:
     import ray
 
     from actors.memory import get_or_create_memory_store
-    from runtime.config import MemorySettings
 
     # Ray forks helpers after LanceDB has started its threads; LanceDB warns
     # about it on every fork. Nothing here uses LanceDB in those children.
@@ -491,13 +491,13 @@ def bench_actor(tmp: Path) -> dict[str, Any]:
         assert hits, "the actor recalled nothing"
         time.sleep(1.0)
         stats = ray.get(handle.stats.remote())
-        proc = psutil.Process(stats["pid"])
+        proc = psutil.Process(stats.pid)
         info = proc.memory_full_info()
         return {
             "uss": info.uss / 2**20,
             "rss": info.rss / 2**20,
-            "rows": stats["rows"],
-            "embedder": stats["embedder"],
+            "rows": stats.rows,
+            "embedder": stats.embedder,
         }
     finally:
         ray.shutdown()
@@ -523,6 +523,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         with console.status("loading MiniLM, embedding fragments and queries"):
+            # As the MemoryStore actor runs it (memory.embed_threads: 1).
+            import torch
+
+            torch.set_num_threads(MemorySettings().embed_threads or torch.get_num_threads())
             minilm = MiniLMEmbedder()
             corpus = Corpus(minilm, random.Random(SEED), args.queries)
             embed = over_queries(lambda q: minilm.embed([q]), corpus.queries)

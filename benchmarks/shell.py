@@ -155,9 +155,11 @@ async def run(args: argparse.Namespace) -> Table:
             statuses = await svc.list()
             pids: list[int] = []
             for st in statuses:
-                pids += tree(st["pid"])
-            if isinstance(svc, ShellProcesses):
-                pids += await asyncio.gather(*(svc.actor(i).os_pid.remote() for i in ids))
+                assert st.pid is not None
+                pids += tree(st.pid)
+                if isinstance(svc, ShellProcesses):
+                    # The shell's parent: the ShellProcess actor's worker process.
+                    pids.append(psutil.Process(st.pid).ppid())
             mem = uss(pids)
         table.add_row(
             f"background start ({label})",

@@ -68,19 +68,27 @@ def test_paragraphs_are_packed_whole() -> None:
             assert piece in paras
 
 
-def test_overlap_starts_at_a_sentence_or_paragraph() -> None:
-    text = _document(7)
+@pytest.mark.parametrize("seed", [7, 8, 9])
+def test_overlap_starts_at_a_sentence_or_paragraph(seed: int) -> None:
+    text = _document(seed)
     spans = chunk_spans(text, size=800, overlap=200)
-    overlapping = 0
+    # Where a sentence (after ". ") or a paragraph (after a newline) begins.
+    boundaries = {m.end() for m in re.finditer(r"(?:\n|\.\s)\s*(?=\S)", text)}
+    overlapping = at_boundary = 0
     for (_, prev_end), (start, _) in itertools.pairwise(spans):
-        if start < prev_end:
-            overlapping += 1
-            assert prev_end - start <= 200
-            # Starts a sentence (after ". ") or a paragraph (after a newline)
-            # or, when no such boundary is close enough, at least a word.
-            before = text[:start]
-            assert re.search(r"(\.\s+|\n)$", before) or before[-1].isspace()
+        if start >= prev_end:
+            continue
+        overlapping += 1
+        assert prev_end - start <= 200
+        assert text[start - 1].isspace() and not text[start].isspace()  # a word, at least
+        if start in boundaries:
+            at_boundary += 1
+        else:
+            # A mid-sentence start only when no sentence begins later in the overlap.
+            later = [b for b in boundaries if start < b < prev_end]
+            assert not later, f"overlap starts mid-sentence at {start}, a sentence at {later[0]}"
     assert overlapping > len(spans) // 2
+    assert at_boundary >= 0.9 * overlapping
 
 
 def test_overlap_prefers_a_sentence_boundary() -> None:

@@ -56,7 +56,9 @@ def test_demo_then_audit(demo_home: Path) -> None:
 def test_audit_is_read_only(demo_home: Path) -> None:
     proc = coterie(demo_home, "audit", "delete from events")
     assert proc.returncode == 1
-    assert "read-only" in proc.stderr.lower() or "only" in proc.stderr.lower()
+    assert "audit queries are read-only (SELECT, EXPLAIN); refused DELETE statement" in (
+        " ".join(proc.stderr.split())
+    )
     proc = coterie(demo_home, "audit", "select count(*) from events", "--json")
     assert proc.returncode == 0 and '"count_star()"' in proc.stdout
 

@@ -142,8 +142,16 @@ def test_queue_cap_refuses_persona_messages_not_people(rt: Runtime) -> None:
             await rt.directory.post(from_boss(3))
 
     asyncio.run(flood())
-    for i in range(4):  # people are never refused
+    # People are never refused: with the persona queue at its cap, four more
+    # messages from a person are all taken (a refusal would raise here).
+    for i in range(4):
         rt.send("sleepy", f"user {i}", conversation_id="sleepy:inbox:boss")
+    rt.flush()
+    accepted = rt.query(
+        "select payload->'envelope'->>'source_kind', count(*) from events "
+        "where kind = 'envelope' and conversation_id = 'sleepy:inbox:boss' group by 1 order by 1"
+    ).rows
+    assert accepted == [("persona", 3), ("user", 4)]
 
 
 def test_persona_killed_mid_turn_comes_back(rt: Runtime) -> None:

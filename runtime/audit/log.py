@@ -53,6 +53,8 @@ class AuditLogStats(BaseModel):
     write_errors: int
     pending: int
     last_error: str | None
+    # Conversations known to have chat messages (bounded; see AuditLog).
+    known_conversations: int
 
 
 class AuditLog:
@@ -60,7 +62,9 @@ class AuditLog:
 
     ``writer`` serves an already open writer (tests); otherwise one is opened
     on ``path``. Beyond ``max_pending`` unwritten rows :meth:`append` refuses
-    more (the sources keep theirs and retry).
+    more (the sources keep theirs and retry). At most
+    ``known_conversations_cap`` conversations are remembered as having
+    messages, so that a new conversation's empty history costs no query.
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class AuditLog:
         flush_interval: float = 0.5,
         flush_rows: int = 5000,
         max_pending: int = 1_000_000,
+        known_conversations_cap: int = KNOWN_CONVERSATIONS_CAP,
         writer: AuditWriter | None = None,
     ) -> None:
         if flush_interval <= 0 or flush_rows < 1 or max_pending < 1:
@@ -94,6 +99,7 @@ class AuditLog:
         # a persona opening a brand-new conversation gets [] at once, without
         # a flush and a scan of the table. Bounded, oldest forgotten first.
         self._conversations: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._conversations_cap = known_conversations_cap
         self._conversations_loaded = False
 
     @property
@@ -123,7 +129,7 @@ class AuditLog:
     def _remember(self, key: tuple[str, str]) -> None:
         self._conversations[key] = None
         self._conversations.move_to_end(key)
-        while len(self._conversations) > KNOWN_CONVERSATIONS_CAP:
+        while len(self._conversations) > self._conversations_cap:
             self._conversations.popitem(last=False)
 
     async def append(self, rows: list[Row], *, replayed: bool = False) -> int:
@@ -221,7 +227,7 @@ class AuditLog:
                 self._remember((str(p), str(c)))
             self._conversations_loaded = True
         key = (persona, conversation_id)
-        if key not in self._conversations and len(self._conversations) < KNOWN_CONVERSATIONS_CAP:
+        if key not in self._conversations and len(self._conversations) < self._conversations_cap:
             # Under the cap the set is complete: a conversation not in it is new.
             return []
         await self.flush()
@@ -238,6 +244,7 @@ class AuditLog:
             write_errors=self._write_errors,
             pending=self.unwritten,
             last_error=self._last_error,
+            known_conversations=len(self._conversations),
         )
 
     async def ping(self) -> str:
@@ -247,8 +254,10 @@ class AuditLog:
         """Stop the timer, write pending rows and close the file.
 
         Rows that still cannot be written are logged as an error and reported
-        in the returned stats (``pending``).
+        in the returned stats (``pending``). A second call only reports.
         """
+        if self._closed:
+            return await self.stats()
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()

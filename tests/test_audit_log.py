@@ -1,0 +1,248 @@
+"""AuditLog without Ray: batching, timers, failed writes, overload, replay, history.
+
+The same class runs inside the AuditLog actor (tests/test_audit_actor.py
+checks that wiring); here it is driven directly on a real DuckDB file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.audit import AuditLog, event_to_row, read_only_query
+from runtime.audit.log import KNOWN_CONVERSATIONS_CAP
+from runtime.errors import AuditOverloadedError, AuditQueryError
+from runtime.messages import HistoryAppended, ModelCalled, UserMessage
+
+
+def rows(n: int, *, persona: str = "scribe", conversation_id: str = "c1") -> list[dict[str, Any]]:
+    return [
+        event_to_row(
+            ModelCalled(
+                persona=persona,
+                conversation_id=conversation_id,
+                turn_id="t",
+                provider="openai",
+                model="m",
+                step=1,
+                latency_ms=1.0,
+                input_tokens=i,
+            )
+        )
+        for i in range(n)
+    ]
+
+
+def chat_rows(persona: str, conversation_id: str, *texts: str) -> list[dict[str, Any]]:
+    return [
+        event_to_row(
+            HistoryAppended(
+                persona=persona,
+                conversation_id=conversation_id,
+                turn_id="t",
+                message=UserMessage(text=text, ts=float(i)),
+                ts=float(i),
+            )
+        )
+        for i, text in enumerate(texts, 1)
+    ]
+
+
+@pytest.fixture
+async def make_log(tmp_path: Path) -> AsyncIterator[Callable[..., AuditLog]]:
+    logs: list[AuditLog] = []
+
+    def make(**kwargs: Any) -> AuditLog:
+        log = AuditLog(str(tmp_path / "audit.duckdb"), **kwargs)
+        logs.append(log)
+        return log
+
+    yield make
+    for log in logs:
+        await log.shutdown()
+
+
+async def count(log: AuditLog) -> int:
+    result = await log.query("SELECT count(*) FROM events")
+    return int(result.rows[0][0])
+
+
+async def eventually(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return await predicate()
+
+
+async def test_appends_are_written_as_one_batch_when_queried(make_log: Any) -> None:
+    log = make_log(flush_interval=60)  # no timer flush: the query must flush
+    for _ in range(4):
+        assert await log.append(rows(250)) == 250
+    assert (await log.stats()).pending == 1000
+    assert await count(log) == 1000
+    s = await log.stats()
+    assert (s.rows_written, s.pending, s.write_errors, s.batches_written) == (1000, 0, 0, 1)
+
+
+async def test_flush_when_flush_rows_reached(make_log: Any) -> None:
+    log = make_log(flush_interval=60, flush_rows=100)
+    await log.append(rows(60))
+    assert (await log.stats()).pending == 60
+    await log.append(rows(60))
+    s = await log.stats()
+    assert (s.rows_written, s.pending) == (120, 0)
+
+
+async def test_timer_flush(make_log: Any) -> None:
+    log = make_log(flush_interval=0.05)
+    await log.append(rows(10))
+
+    async def written() -> bool:
+        return (await log.stats()).rows_written == 10
+
+    assert await eventually(written)
+
+
+async def test_shutdown_flushes_and_releases_the_file(make_log: Any, tmp_path: Path) -> None:
+    log = make_log(flush_interval=60)
+    await log.append(rows(42))
+    final = await log.shutdown()
+    assert (final.rows_written, final.pending) == (42, 0)
+    with pytest.raises(RuntimeError, match="shut down"):
+        await log.append(rows(1))
+    assert read_only_query(tmp_path / "audit.duckdb", "SELECT count(*) FROM events").rows == [(42,)]
+
+
+async def test_query_errors_reach_the_caller(make_log: Any) -> None:
+    log = make_log()
+    with pytest.raises(AuditQueryError, match="refused DELETE"):
+        await log.query("DELETE FROM events")
+    with pytest.raises(AuditQueryError, match="Catalog Error"):
+        await log.query("SELECT * FROM nope")
+    assert await count(log) == 0
+
+
+async def test_history_in_order_and_new_conversations_answered_at_once(make_log: Any) -> None:
+    log = make_log(flush_interval=60)
+    await log.append(list(reversed(chat_rows("scribe", "c9", "hi", "again"))))
+    assert [m.text for m in await log.history("scribe", "c9")] == ["hi", "again"]
+    # A conversation nobody wrote to is answered from memory: no write happens.
+    await log.append(rows(5))
+    assert await log.history("scribe", "never") == []
+    assert (await log.stats()).pending == 5
+
+
+async def test_history_of_conversations_written_before_a_restart(
+    make_log: Any, tmp_path: Path
+) -> None:
+    first = make_log(flush_interval=60)
+    await first.append(chat_rows("scribe", "old", "before"))
+    await first.shutdown()
+    second = make_log(flush_interval=60)  # learns the known conversations from the file
+    assert [m.text for m in await second.history("scribe", "old")] == ["before"]
+
+
+async def test_known_conversations_are_bounded(make_log: Any) -> None:
+    log = make_log(flush_interval=60, known_conversations_cap=2)
+    for name in ("a", "b", "c"):
+        await log.append(chat_rows("scribe", name, f"in {name}"))
+    assert (await log.stats()).known_conversations == 2
+    # "a" was forgotten; at the cap a miss is looked up, never answered [] wrongly.
+    assert [m.text for m in await log.history("scribe", "a")] == ["in a"]
+    assert KNOWN_CONVERSATIONS_CAP >= 10_000
+
+
+async def test_write_error_keeps_rows_in_order_until_the_cause_goes_away(
+    make_log: Any, tmp_path: Path
+) -> None:
+    log = make_log(flush_interval=60)
+    wal = tmp_path / "audit.duckdb.wal"
+    # The file system refuses the write-ahead log, as a full or read-only disk would.
+    os.mkdir(wal)
+    try:
+        await log.append(rows(30))
+        assert await log.flush() == 0
+        await log.append(rows(20))
+        assert await log.flush() == 0
+        s = await log.stats()
+        assert (s.write_errors, s.pending, s.rows_written) == (2, 50, 0)
+        assert s.last_error is not None and "wal" in s.last_error
+    finally:
+        os.rmdir(wal)
+    assert await log.flush() == 50
+    s = await log.stats()
+    assert (s.pending, s.rows_written, s.write_errors) == (0, 50, 2)
+    tokens = (await log.query("SELECT input_tokens FROM events ORDER BY ts, seq")).rows
+    assert [t for (t,) in tokens] == list(range(30)) + list(range(20))
+
+
+async def test_timer_retries_a_failed_write(make_log: Any, tmp_path: Path) -> None:
+    log = make_log(flush_interval=0.05)
+    wal = tmp_path / "audit.duckdb.wal"
+    os.mkdir(wal)
+    try:
+        await log.append(rows(5))
+
+        async def failed_twice() -> bool:
+            return (await log.stats()).write_errors >= 2
+
+        assert await eventually(failed_twice)
+    finally:
+        os.rmdir(wal)
+
+    async def written() -> bool:
+        return (await log.stats()).rows_written == 5
+
+    assert await eventually(written)
+    assert (await log.stats()).pending == 0
+
+
+async def test_malformed_row_does_not_block_the_log(make_log: Any) -> None:
+    log = make_log(flush_interval=60)
+    good = rows(3)
+    bad = dict(good[0], id="bad", input_tokens="lots")
+    await log.append([good[0], bad, *good[1:]])
+    assert await log.flush() == 3
+    s = await log.stats()
+    assert (s.rows_written, s.rows_rejected, s.pending, s.write_errors) == (3, 1, 0, 0)
+    rejected = await log.query("SELECT row::JSON->>'$.id', error FROM rejected_rows")
+    assert rejected.rows[0][0] == "bad" and "int32" in rejected.rows[0][1]
+
+
+async def test_overloaded_log_refuses_and_keeps_what_it_has(make_log: Any) -> None:
+    log = make_log(flush_interval=60, flush_rows=10_000, max_pending=100)
+    await log.append(rows(80))
+    with pytest.raises(AuditOverloadedError, match="80 unwritten rows"):
+        await log.append(rows(30))
+    assert (await log.stats()).pending == 80
+    assert await count(log) == 80  # a query flushes, and then there is room again
+    assert await log.append(rows(30)) == 30
+
+
+async def test_replayed_rows_already_written_or_pending_are_skipped(make_log: Any) -> None:
+    log = make_log(flush_interval=60)
+    batch = rows(10)
+    await log.append(batch[:4])
+    await log.flush()
+    await log.append(batch[4:7])  # the first copies of these are still pending
+    # 2-3 are written, 4-6 pending: written first, then checked against.
+    await log.append(batch[2:], replayed=True)
+    assert await log.flush() == 3 + 3
+    await log.append(batch, replayed=True)
+    assert await log.flush() == 0
+    result = await log.query("SELECT count(*), count(DISTINCT id) FROM events")
+    assert result.rows == [(10, 10)]
+    s = await log.stats()
+    assert (s.rows_written, s.duplicates_skipped, s.pending) == (10, 5 + 10, 0)
+
+
+def test_bad_settings_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="flush_interval"):
+        AuditLog(str(tmp_path / "a.duckdb"), flush_interval=0)

@@ -1,0 +1,83 @@
+"""A non-editable install carries everything the demo needs.
+
+The project is installed with pip (not editable) into a directory of its own
+and ``coterie demo`` is run from another directory, so nothing can come from
+the source tree: the bundled personas must ship inside the package.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("pyproject.toml", "README.md", "runtime", "actors", "tools", "coterie", "configs")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, src / name)
+    target = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"),
+            *("--target", str(target), str(src)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return target
+
+
+def run(target: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "COTERIE_HOME")}
+    env.update(PYTHONPATH=str(target), COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240
+    )
+
+
+def test_the_installed_package_holds_the_demo_personas(installed: Path, tmp_path: Path) -> None:
+    proc = run(
+        installed,
+        tmp_path,
+        "-c",
+        "import coterie, runtime; from coterie.demo import BUNDLED_PERSONAS as b; "
+        "print(coterie.__file__); print(runtime.__file__); "
+        "print(b); print(sorted(p.name for p in b.iterdir()))",
+    )
+    assert proc.returncode == 0, proc.stderr
+    coterie_file, runtime_file, bundled, names = proc.stdout.splitlines()
+    for path in (coterie_file, runtime_file, bundled):
+        assert Path(path).is_relative_to(installed), path  # not the source tree
+    assert names == "['concierge', 'coordinator', 'planner', 'researcher']"
+
+
+def test_demo_runs_from_a_non_editable_install(installed: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run(installed, elsewhere, "-m", "coterie", "--home", str(tmp_path / "home"), "demo")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Installed demo personas" in proc.stdout
+    for persona in ("concierge", "researcher", "planner", "coordinator"):
+        assert f"│ {persona}" in proc.stdout  # a row of the audit summary
+    assert sorted(p.name for p in (tmp_path / "home" / "personas").iterdir()) == [
+        "concierge",
+        "coordinator",
+        "planner",
+        "researcher",
+    ]

@@ -1,0 +1,439 @@
+"""The router's logic without Ray: roster, activation, passivation, the
+caller-side directory, the idle watcher and transient retries."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from runtime.errors import (
+    ActorLostError,
+    DeliveryError,
+    PersonaConfigError,
+    PersonaPassivatedError,
+    UnknownPersonaError,
+)
+from runtime.messages import MessageEnvelope, ReplyEnvelope
+from runtime.routing import Directory, IdleWatcher, Roster, Router, retry_transient
+from tests.helpers import scripted, write_persona
+
+
+class Handle:
+    """A fake actor handle: a name and an id."""
+
+    def __init__(self, name: str, number: int) -> None:
+        self.name = name
+        self.id = f"{name}#{number}"
+        self.alive = True
+        self.flushed = 0
+        self.shut_down = False
+
+
+class FakeHost:
+    """A PersonaHost that records what the router asked of it."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.stopped: list[str] = []
+        self.gate: asyncio.Event | None = None
+        self.fail_next: BaseException | None = None
+        self.ready = True
+        self.rosters: list[list[tuple[str, str]]] = []
+
+    async def start(self, name: str, roster: list[tuple[str, str]]) -> Handle:
+        self.started.append(name)
+        self.rosters.append(roster)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        return Handle(name, len(self.started))
+
+    async def deliver(self, handle: Handle, data: str) -> str:
+        if not handle.alive:
+            raise ActorLostError("gone")
+        envelope = MessageEnvelope.model_validate_json(data)
+        return ReplyEnvelope(
+            reply_to=envelope.id,
+            sender=handle.name,
+            conversation_id=envelope.conversation_id,
+            turn_id="t",
+            text=f"{handle.name} got {envelope.text}",
+        ).model_dump_json()
+
+    async def prepare_passivation(self, handle: Handle, idle_timeout: float) -> bool:
+        if not handle.alive:
+            raise ActorLostError("gone")
+        return self.ready
+
+    async def flush(self, handle: Handle) -> None:
+        handle.flushed += 1
+
+    async def shutdown(self, handle: Handle) -> None:
+        handle.shut_down = True
+
+    def stop(self, handle: Handle) -> None:
+        handle.alive = False
+        self.stopped.append(handle.id)
+
+    def actor_id(self, handle: Handle) -> str:
+        return handle.id
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    write_persona(tmp_path, "ana", scripted(description="ana's job"))
+    write_persona(tmp_path, "bo", scripted(description="bo's job"))
+    return tmp_path
+
+
+def router(home: Path, **kw: Any) -> tuple[Router[Handle], FakeHost]:
+    host = FakeHost()
+    kw.setdefault("idle_timeout", 10.0)
+    return Router(home, host, **kw), host
+
+
+# -- the roster ----------------------------------------------------------------
+
+
+def test_roster_rereads_a_description_only_when_its_file_changes(home: Path) -> None:
+    roster = Roster(home)
+    assert roster.entries() == [("ana", "ana's job"), ("bo", "bo's job")]
+    path = home / "personas" / "ana" / "persona.yaml"
+    path.write_text(path.read_text().replace("ana's job", "new job"))
+    # Same mtime as cached (written within the same tick) would hide it: bump it.
+    stat = path.stat()
+    import os
+
+    os.utime(path, (stat.st_atime, stat.st_mtime + 5))
+    assert roster.description("ana") == "new job"
+    assert roster.entries(limit=1) == [("ana", "new job")]
+
+
+def test_roster_skips_broken_personas_and_forgets_removed_ones(home: Path) -> None:
+    import shutil
+
+    roster = Roster(home)
+    roster.entries()
+    (home / "personas" / "bo" / "persona.yaml").write_text("model: {provider: gemini}")
+    assert roster.description("bo") is None
+    assert roster.entries() == [("ana", "ana's job")]
+    shutil.rmtree(home / "personas" / "ana")
+    assert roster.refresh() == ["bo"]
+    assert not roster.knows("ana")
+    write_persona(home, "cy", scripted())
+    assert roster.knows("cy")  # looks again once before saying no
+
+
+# -- activation ------------------------------------------------------------------
+
+
+async def test_concurrent_resolves_start_one_actor(home: Path) -> None:
+    r, host = router(home)
+    host.gate = asyncio.Event()
+    waiters = [asyncio.ensure_future(r.resolve("ana")) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    assert r.activating("ana")
+    host.gate.set()
+    handles = await asyncio.gather(*waiters)
+    assert host.started == ["ana"]
+    assert len({h.id for h in handles}) == 1
+    assert await r.resolve("ana") is handles[0]
+    assert r.active() == ["ana"]
+    # Every actor starts with the roster of valid personas.
+    assert host.rosters == [[("ana", "ana's job"), ("bo", "bo's job")]]
+
+
+async def test_a_waiter_that_gives_up_does_not_cancel_the_start(home: Path) -> None:
+    r, host = router(home)
+    host.gate = asyncio.Event()
+    first = asyncio.ensure_future(r.resolve("ana"))
+    second = asyncio.ensure_future(r.resolve("ana"))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    host.gate.set()
+    handle = await second
+    assert first.cancelled()
+    assert host.started == ["ana"] and r.active() == ["ana"]
+    assert await r.resolve("ana") is handle
+
+
+async def test_unknown_and_broken_personas_are_refused_before_starting(home: Path) -> None:
+    r, host = router(home)
+    with pytest.raises(UnknownPersonaError, match="known personas: ana, bo"):
+        await r.resolve("ghost")
+    (home / "personas" / "bo" / "persona.yaml").write_text("model: {provider: gemini}")
+    with pytest.raises(PersonaConfigError, match="gemini"):
+        await r.resolve("bo")
+    assert host.started == []
+
+
+async def test_a_failed_start_reaches_every_waiter_and_the_next_resolve_retries(
+    home: Path,
+) -> None:
+    r, host = router(home)
+    host.gate = asyncio.Event()
+    host.fail_next = RuntimeError("no worker")
+    waiters = [asyncio.ensure_future(r.resolve("ana")) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    host.gate.set()
+    results = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(x, RuntimeError) for x in results)
+    assert not r.activating("ana") and r.active() == []
+    handle = await r.resolve("ana")
+    assert host.started == ["ana", "ana"] and handle.alive
+
+
+async def test_deliver_through_the_router_turns_a_dead_actor_into_an_error_reply(
+    home: Path,
+) -> None:
+    r, _ = router(home)
+    envelope = MessageEnvelope(recipient="ana", conversation_id="ana:x", text="hi")
+    reply = ReplyEnvelope.model_validate_json(await r.deliver(envelope.model_dump_json()))
+    assert (reply.text, reply.reply_to) == ("ana got hi", envelope.id)
+    (await r.resolve("ana")).alive = False
+    reply = ReplyEnvelope.model_validate_json(await r.deliver(envelope.model_dump_json()))
+    assert reply.status == "error" and "persona 'ana' failed" in (reply.error or "")
+
+
+# -- passivation -----------------------------------------------------------------
+
+
+async def test_passivation_stops_an_idle_actor_and_remembers_it(home: Path) -> None:
+    r, host = router(home)
+    handle = await r.resolve("ana")
+    host.ready = False  # busy: it says no
+    assert not await r.passivate("ana")
+    assert r.active() == ["ana"] and host.stopped == []
+    host.ready = True
+    assert await r.passivate("ana")
+    assert r.active() == [] and host.stopped == [handle.id]
+    assert r.was_passivated(handle.id)
+    assert not r.was_passivated("someone-else")
+    # The next message starts a new actor.
+    again = await r.resolve("ana")
+    assert again.id != handle.id
+
+
+async def test_passivation_of_a_dead_actor_and_when_switched_off(home: Path) -> None:
+    r, _host = router(home)
+    handle = await r.resolve("ana")
+    handle.alive = False  # it crashed: nothing to ask, still forgotten
+    assert await r.passivate("ana") and r.active() == []
+    off, _ = router(home, idle_timeout=None)
+    await off.resolve("bo")
+    assert not await off.passivate("bo")
+    assert not await r.passivate("never-started")
+
+
+async def test_passivated_ids_are_bounded(home: Path) -> None:
+    r, _ = router(home, passivated_cap=2)
+    ids = []
+    for _ in range(3):
+        ids.append((await r.resolve("ana")).id)
+        assert await r.passivate("ana")
+    assert [r.was_passivated(i) for i in ids] == [False, True, True]
+
+
+async def test_flush_and_stop_all(home: Path) -> None:
+    r, _host = router(home)
+    ana, bo = await r.resolve("ana"), await r.resolve("bo")
+    assert await r.flush_all() == 2 and (ana.flushed, bo.flushed) == (1, 1)
+    stranger = Handle("cy", 99)  # found by name, started by an earlier router
+    assert await r.stop_all({"cy": stranger}) == 3
+    assert all(h.shut_down and not h.alive for h in (ana, bo, stranger))
+    assert r.active() == []
+
+
+async def test_personas_listing(home: Path) -> None:
+    r, _ = router(home)
+    await r.resolve("bo")
+    listing = await r.personas()
+    assert [(p.name, p.description, p.active) for p in listing] == [
+        ("ana", "ana's job", False),
+        ("bo", "bo's job", True),
+    ]
+
+
+# -- the directory ---------------------------------------------------------------
+
+
+class FakeLink:
+    """A PersonaLink over a Router of fake handles; failures are scripted."""
+
+    def __init__(self, r: Router[Handle]) -> None:
+        self.router = r
+        self.router_down = 0  # calls to the router that fail before it answers
+        self.refuse: list[BaseException] = []  # raised by the next persona calls
+        self.calls: list[tuple[str, str]] = []
+        self.resolves = 0
+
+    async def call_router(self, method: str, *args: Any) -> Any:
+        if self.router_down:
+            self.router_down -= 1
+            raise ActorLostError("router restarting")
+        if method == "resolve":
+            self.resolves += 1
+            return await self.router.resolve(*args)
+        if method == "was_passivated":
+            return self.router.was_passivated(*args)
+        raise AssertionError(method)
+
+    async def call(self, handle: Handle, method: Literal["handle", "post"], data: str) -> Any:
+        self.calls.append((handle.id, method))
+        if self.refuse:
+            raise self.refuse.pop(0)
+        if not handle.alive:
+            raise ActorLostError("actor died")
+        return await self.router.host.deliver(handle, data)
+
+    async def ping(self, handle: Handle) -> None:
+        return None
+
+    def actor_id(self, handle: Handle) -> str:
+        return handle.id
+
+
+async def no_sleep(seconds: float) -> None:
+    return None
+
+
+def envelope(text: str = "hi") -> MessageEnvelope:
+    return MessageEnvelope(recipient="ana", conversation_id="ana:d", text=text)
+
+
+async def test_directory_caches_handles_and_delivers_directly(home: Path) -> None:
+    r, host = router(home)
+    link = FakeLink(r)
+    d: Directory[Handle] = Directory(link, sleep=no_sleep)
+    assert (await d.ask(envelope("one"), timeout=5)).text == "ana got one"
+    assert (await d.ask(envelope("two"), timeout=5)).text == "ana got two"
+    assert host.started == ["ana"] and len(link.calls) == 2
+
+
+async def test_directory_resends_after_a_passivation(home: Path) -> None:
+    r, host = router(home)
+    link = FakeLink(r)
+    d: Directory[Handle] = Directory(link, sleep=no_sleep)
+    await d.ask(envelope(), timeout=5)
+    # Closing when the message arrived: not taken, resolve again and resend.
+    link.refuse = [PersonaPassivatedError("closing")]
+    assert (await d.ask(envelope("again"), timeout=5)).text == "ana got again"
+    # Stopped while idle, before the message reached it: resend too.
+    assert await r.passivate("ana")
+    assert (await d.ask(envelope("later"), timeout=5)).text == "ana got later"
+    assert host.started == ["ana", "ana"]
+
+
+async def test_directory_reports_a_persona_that_died_with_the_message(home: Path) -> None:
+    r, _ = router(home)
+    link = FakeLink(r)
+    d: Directory[Handle] = Directory(link, sleep=no_sleep)
+    await d.ask(envelope(), timeout=5)
+    link.refuse = [ActorLostError("killed mid-turn")]
+    with pytest.raises(DeliveryError, match="died while handling the message"):
+        await d.ask(envelope("doomed"), timeout=5)
+
+
+async def test_directory_gives_up_on_a_persona_that_keeps_passivating(home: Path) -> None:
+    r, _ = router(home)
+    link = FakeLink(r)
+    d: Directory[Handle] = Directory(link, sleep=no_sleep)
+    link.refuse = [PersonaPassivatedError("closing")] * 3
+    with pytest.raises(PersonaPassivatedError):
+        await d.post(envelope())
+
+
+async def test_directory_waits_out_a_router_restart_then_gives_up(home: Path) -> None:
+    r, _ = router(home)
+    link = FakeLink(r)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    d: Directory[Handle] = Directory(link, router_wait=2.0, sleep=sleep)
+    link.router_down = 4
+    assert (await d.ask(envelope(), timeout=5)).text == "ana got hi"
+    assert slept == [0.05, 0.1, 0.2, 0.4]  # doubling backoff
+    link.router_down = 1000
+    d.forget("ana")
+    with pytest.raises(DeliveryError, match="the router is unavailable"):
+        await d.ask(envelope(), timeout=5)
+    assert sum(slept) >= 2.0
+
+
+async def test_directory_handle_cache_is_bounded(home: Path) -> None:
+    r, _ = router(home)
+    link = FakeLink(r)
+    d: Directory[Handle] = Directory(link, cache_size=1, sleep=no_sleep)
+    await d.resolve("ana")
+    await d.resolve("ana")  # cached
+    assert link.resolves == 1
+    await d.resolve("bo")  # evicts ana
+    await d.resolve("ana")  # asks the router again
+    await d.resolve("ana")  # cached again
+    assert link.resolves == 3
+
+
+# -- the idle watcher and retries ------------------------------------------------
+
+
+async def test_idle_watcher_asks_once_idle_and_survives_failures() -> None:
+    idle = [0.0]
+    asked: list[float] = []
+    state = {"stopped": False, "fail": True}
+
+    async def on_idle() -> None:
+        asked.append(idle[0])
+        if state["fail"]:
+            state["fail"] = False
+            raise DeliveryError("router restarting")
+        state["stopped"] = True
+
+    async def tick(seconds: float) -> None:
+        idle[0] += seconds
+
+    watcher = IdleWatcher(
+        idle_for=lambda: idle[0],
+        on_idle=on_idle,
+        idle_timeout=8.0,
+        stopped=lambda: state["stopped"],
+        sleep=tick,
+    )
+    assert watcher.tick == 2.0
+    await asyncio.wait_for(watcher.run(), 5)
+    assert asked == [8.0, 10.0]  # not before 8 s idle; again after the failure
+    assert (watcher.requests, watcher.failures) == (2, 1)
+
+
+async def test_retry_transient_retries_only_what_is_transient() -> None:
+    attempts: list[int] = []
+
+    async def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ConnectionError("not yet")
+        return "done"
+
+    assert await retry_transient(flaky, transient=(ConnectionError,), sleep=no_sleep) == "done"
+    assert len(attempts) == 3
+
+    async def broken() -> str:
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError):
+        await retry_transient(broken, transient=(ConnectionError,), sleep=no_sleep)
+    attempts.clear()
+
+    async def never() -> str:
+        attempts.append(1)
+        raise ConnectionError("down")
+
+    with pytest.raises(ConnectionError):
+        await retry_transient(never, transient=(ConnectionError,), attempts=4, sleep=no_sleep)
+    assert len(attempts) == 4
