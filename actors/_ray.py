@@ -14,13 +14,13 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import ray
 
 from runtime.audit import AuditBuffer, Row
 from runtime.errors import ActorLostError, CoterieError, ToolError
-from runtime.memory.records import IngestResult, MemoryRow, RecallHit, Source, UserModelRow
+from runtime.memory import MemoryBackend
 from runtime.routing import retry_transient
 
 NAMESPACE = "coterie"
@@ -121,84 +121,41 @@ class RayPersonaLink:
         return actor_id(handle)
 
 
-# -- memory ------------------------------------------------------------------
+# -- plain calls -------------------------------------------------------------
 
 
-class RayMemoryBackend:
-    """:class:`~runtime.memory.client.MemoryBackend` over the MemoryStore actor."""
+class ActorProxy:
+    """An actor handle whose methods are awaited like a plain object's:
+    ``await proxy.method(*args)`` is ``handle.method.remote(*args)`` with the
+    errors translated by :func:`remote`.
 
-    def __init__(self, handle: Any) -> None:
+    Methods named in ``reads`` are safe to repeat and retried while Ray says
+    the actor is unavailable (see :func:`read`). An actor whose class is a
+    plain ``runtime`` class (``MemoryServer``) serves, through its proxy, the
+    same interface as the class in-process.
+    """
+
+    def __init__(self, handle: Any, *, reads: frozenset[str] = frozenset()) -> None:
         self._handle = handle
+        self._reads = reads
 
-    async def write(
-        self, persona: str, *, category: str, content: str, importance: int
-    ) -> MemoryRow:
-        row: MemoryRow = await remote(
-            self._handle.write.remote(
-                persona, category=category, content=content, importance=importance
-            )
-        )
-        return row
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        bound = getattr(self._handle, method)
+        repeatable = method in self._reads
 
-    async def update(
-        self,
-        persona: str,
-        memory_id: str,
-        *,
-        content: str,
-        category: str | None = None,
-        importance: int | None = None,
-    ) -> MemoryRow:
-        row: MemoryRow = await remote(
-            self._handle.update.remote(
-                persona, memory_id, content=content, category=category, importance=importance
-            )
-        )
-        return row
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if repeatable:
+                return await remote(read(lambda: bound.remote(*args, **kwargs)))
+            return await remote(bound.remote(*args, **kwargs))
 
-    async def delete(self, persona: str, memory_id: str) -> None:
-        await remote(self._handle.delete.remote(persona, memory_id))
+        call.__name__ = method
+        return call
 
-    async def recall(
-        self,
-        persona: str,
-        *,
-        query: str = "",
-        source: Source = "all",
-        category: str | None = None,
-        limit: int = 8,
-        date: str | None = None,
-    ) -> list[RecallHit]:
-        hits: list[RecallHit] = await remote(
-            read(
-                lambda: self._handle.recall.remote(
-                    persona, query=query, source=source, category=category, limit=limit, date=date
-                )
-            )
-        )
-        return hits
 
-    async def ingest(self, persona: str, *, source: str, text: str) -> IngestResult:
-        result: IngestResult = await remote(
-            self._handle.ingest.remote(persona, source=source, text=text)
-        )
-        return result
-
-    async def write_user_model(
-        self, persona: str, *, dimension: str, content: str, confidence: int
-    ) -> UserModelRow:
-        row: UserModelRow = await remote(
-            self._handle.write_user_model.remote(
-                persona, dimension=dimension, content=content, confidence=confidence
-            )
-        )
-        return row
-
-    async def user_model(self, persona: str) -> list[UserModelRow]:
-        rows: list[UserModelRow] = await remote(
-            read(lambda: self._handle.user_model.remote(persona))
-        )
-        return rows
+def memory_backend(handle: Any) -> MemoryBackend:
+    """The MemoryStore actor as the :class:`~runtime.memory.MemoryBackend` a
+    persona's :class:`~runtime.memory.MemoryClient` talks to."""
+    return cast(MemoryBackend, ActorProxy(handle, reads=frozenset({"recall", "user_model"})))
 
 
 # -- audit -------------------------------------------------------------------
@@ -225,11 +182,12 @@ def audit_buffer_for(
 
 __all__ = [
     "NAMESPACE",
-    "RayMemoryBackend",
+    "ActorProxy",
     "RayPersonaLink",
     "actor_id",
     "audit_buffer_for",
     "audit_name",
+    "memory_backend",
     "memory_name",
     "persona_actor_name",
     "read",

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from actors._ray import RayMemoryBackend, RayPersonaLink, audit_buffer_for, read, remote
+from actors._ray import RayPersonaLink, audit_buffer_for, memory_backend, read, remote
 from actors.shell import ShellProcesses
 from runtime.config import RuntimeSettings, load_persona
 from runtime.memory import MemoryClient
@@ -51,7 +51,7 @@ class PersonaActor:
         )
         self.directory: Directory[Any] = Directory(RayPersonaLink(router_actor, namespace))
         memory = MemoryClient(
-            RayMemoryBackend(ray.get_actor(memory_actor, namespace=namespace)), name
+            memory_backend(ray.get_actor(memory_actor, namespace=namespace)), name
         )
         self.runtime = PersonaRuntime(
             persona,

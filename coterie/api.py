@@ -187,15 +187,7 @@ class Runtime:
         except (ray.exceptions.RayError, DeliveryError) as exc:
             if isinstance(exc, DeliveryError) and type(exc) is not DeliveryError:
                 raise  # QueueFullError and friends: the caller's to handle
-            return ReplyEnvelope(
-                reply_to=envelope.id,
-                sender=persona,
-                conversation_id=envelope.conversation_id,
-                turn_id="",
-                text="",
-                status="error",
-                error=str(unwrap(exc)),
-            )
+            return ReplyEnvelope.failure(envelope, sender=persona, error=str(unwrap(exc)))
 
     def ask(
         self,

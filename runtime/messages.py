@@ -212,6 +212,19 @@ class ReplyEnvelope(_Model):
     error: str | None = None
     steps: int = 0
 
+    @classmethod
+    def failure(cls, envelope: MessageEnvelope, *, sender: str, error: str) -> ReplyEnvelope:
+        """The reply to ``envelope`` of a turn that could not run or finish."""
+        return cls(
+            reply_to=envelope.id,
+            sender=sender,
+            conversation_id=envelope.conversation_id,
+            turn_id="",
+            text="",
+            status="error",
+            error=error,
+        )
+
 
 Envelope = Annotated[MessageEnvelope | ReplyEnvelope, Field(discriminator="kind")]
 envelope_adapter: TypeAdapter[Envelope] = TypeAdapter(Envelope)

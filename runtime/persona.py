@@ -262,15 +262,7 @@ class PersonaRuntime:
 
     def _error_reply(self, envelope: MessageEnvelope, exc: BaseException) -> ReplyEnvelope:
         detail = str(exc) if isinstance(exc, CoterieError) else f"{type(exc).__name__}: {exc}"
-        return ReplyEnvelope(
-            reply_to=envelope.id,
-            sender=self.name,
-            conversation_id=envelope.conversation_id,
-            turn_id="",
-            text="",
-            status="error",
-            error=detail,
-        )
+        return ReplyEnvelope.failure(envelope, sender=self.name, error=detail)
 
     async def _mirror(self, batch: list[_Pending], result: TurnResult) -> None:
         """Post the turn's reply back to each persona that sent with ``mirror``."""

@@ -8,7 +8,7 @@ import pytest
 import ray
 
 from actors import memory_name
-from actors._ray import RayMemoryBackend
+from actors._ray import memory_backend
 from coterie import Runtime
 from runtime.config import MemorySettings, RuntimeSettings
 from runtime.errors import ToolError
@@ -79,7 +79,7 @@ def test_persona_memory_round_trip_and_isolation(rt: Runtime) -> None:
 async def test_concurrent_writes_are_batched(rt: Runtime) -> None:
     import asyncio
 
-    client = MemoryClient(RayMemoryBackend(rt.memory), "batcher")
+    client = MemoryClient(memory_backend(rt.memory), "batcher")
     before = await rt.memory.stats.remote()
     rows = await asyncio.gather(
         *(client.write(category="log", content=f"entry {i}", importance=3) for i in range(40))
@@ -92,7 +92,7 @@ async def test_concurrent_writes_are_batched(rt: Runtime) -> None:
 
 
 async def test_bad_input_is_a_tool_error(rt: Runtime) -> None:
-    client = MemoryClient(RayMemoryBackend(rt.memory), "writer")
+    client = MemoryClient(memory_backend(rt.memory), "writer")
     with pytest.raises(ToolError) as info:
         await client.update("no-such-id", content="x")
     assert info.value.kind == "not_found"
@@ -104,7 +104,7 @@ async def test_bad_input_is_a_tool_error(rt: Runtime) -> None:
 async def test_background_maintenance_does_not_block_queries(rt: Runtime) -> None:
     import asyncio
 
-    client = MemoryClient(RayMemoryBackend(rt.memory), "maint")
+    client = MemoryClient(memory_backend(rt.memory), "maint")
     await asyncio.gather(
         *(client.write(category="c", content=f"note {i}", importance=5) for i in range(20))
     )
@@ -119,10 +119,10 @@ async def test_background_maintenance_does_not_block_queries(rt: Runtime) -> Non
 
 
 async def test_user_model_cached_per_persona(rt: Runtime) -> None:
-    client = MemoryClient(RayMemoryBackend(rt.memory), "modeller")
+    client = MemoryClient(memory_backend(rt.memory), "modeller")
     assert await client.user_model() == []
     row = await client.write_user_model(dimension="goals", content="Run a marathon", confidence=7)
     assert row.dimension == "goals"
     assert [r.content for r in await client.user_model()] == ["Run a marathon"]
-    other = MemoryClient(RayMemoryBackend(rt.memory), "someone-else")
+    other = MemoryClient(memory_backend(rt.memory), "someone-else")
     assert await other.user_model() == []

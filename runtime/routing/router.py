@@ -138,13 +138,9 @@ class Router(Generic[H]):
         try:
             return await self.host.deliver(handle, data)
         except ActorLostError as exc:
-            return ReplyEnvelope(
-                reply_to=envelope.id,
+            return ReplyEnvelope.failure(
+                envelope,
                 sender=envelope.recipient,
-                conversation_id=envelope.conversation_id,
-                turn_id="",
-                text="",
-                status="error",
                 error=f"persona {envelope.recipient!r} failed: {exc}",
             ).model_dump_json()
 
