@@ -1,25 +1,18 @@
 """Long-term memory: records, the LanceDB store, embedders, chunking,
 document reading, the server that owns a store and the per-persona client.
 
-Importing this package loads neither LanceDB, Arrow nor torch: those load
-when a store is opened or a model embeds its first text.
+Importing this package loads neither LanceDB, Arrow nor torch. The records
+and the client (what every persona process needs) load with the package;
+the store, the server, the embedders and the document readers load on first
+use of one of their names, so a persona process never pays for them.
 """
 
 from __future__ import annotations
 
-from runtime.memory.chunking import chunk_spans, chunk_text
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from runtime.memory.client import MemoryBackend, MemoryClient
-from runtime.memory.documents import read_document
-from runtime.memory.embedders import (
-    Embedder,
-    HashingEmbedder,
-    LazyEmbedder,
-    MiniLMEmbedder,
-    OpenAIEmbedder,
-    build_embedder,
-    embedder_from_settings,
-    embedder_process_env,
-)
 from runtime.memory.records import (
     RECOMMENDED_DIMENSIONS,
     IngestResult,
@@ -31,8 +24,50 @@ from runtime.memory.records import (
     Source,
     UserModelRow,
 )
-from runtime.memory.server import MemoryServer, open_store
-from runtime.memory.store import MemoryStore
+
+if TYPE_CHECKING:
+    from runtime.memory.chunking import chunk_spans, chunk_text
+    from runtime.memory.documents import read_document
+    from runtime.memory.embedders import (
+        Embedder,
+        HashingEmbedder,
+        LazyEmbedder,
+        MiniLMEmbedder,
+        OpenAIEmbedder,
+        build_embedder,
+        embedder_from_settings,
+        embedder_process_env,
+    )
+    from runtime.memory.server import MemoryServer, open_store
+    from runtime.memory.store import MemoryStore
+
+#: Names loaded on first use, and the module each comes from.
+_LAZY = {
+    "chunk_spans": "chunking",
+    "chunk_text": "chunking",
+    "read_document": "documents",
+    "Embedder": "embedders",
+    "HashingEmbedder": "embedders",
+    "LazyEmbedder": "embedders",
+    "MiniLMEmbedder": "embedders",
+    "OpenAIEmbedder": "embedders",
+    "build_embedder": "embedders",
+    "embedder_from_settings": "embedders",
+    "embedder_process_env": "embedders",
+    "MemoryServer": "server",
+    "open_store": "server",
+    "MemoryStore": "store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "RECOMMENDED_DIMENSIONS",
