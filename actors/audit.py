@@ -12,7 +12,13 @@ import ray
 
 from runtime.audit import AuditLog
 
-AuditLogActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(AuditLog)
+
+class AuditLogActor(AuditLog):
+    """:class:`~runtime.audit.AuditLog` as it runs on Ray (the subclass adds
+    nothing but its name: the process shows as ``ray::AuditLogActor``)."""
+
+
+AuditLogActorRemote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(AuditLogActor)
 
 
 def get_or_create_audit_log(
@@ -29,7 +35,7 @@ def get_or_create_audit_log(
     An existing actor of that name is returned as is, whatever its ``path``
     (check ``ping()`` if that matters).
     """
-    return AuditLogActor.options(  # type: ignore[attr-defined]
+    return AuditLogActorRemote.options(  # type: ignore[attr-defined]
         name=name,
         namespace=namespace,
         get_if_exists=True,
@@ -38,4 +44,4 @@ def get_or_create_audit_log(
     ).remote(path, flush_interval=flush_interval, flush_rows=flush_rows)
 
 
-__all__ = ["AuditLogActor", "get_or_create_audit_log"]
+__all__ = ["AuditLogActor", "AuditLogActorRemote", "get_or_create_audit_log"]

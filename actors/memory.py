@@ -14,7 +14,15 @@ import ray
 from runtime.config import MemorySettings
 from runtime.memory import MemoryServer, embedder_process_env
 
-MemoryStoreActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(MemoryServer)
+
+class MemoryStoreActor(MemoryServer):
+    """:class:`~runtime.memory.MemoryServer` as it runs on Ray (the subclass
+    adds nothing but its name: the process shows as ``ray::MemoryStoreActor``)."""
+
+
+MemoryStoreActorRemote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(
+    MemoryStoreActor
+)
 
 
 def get_or_create_memory_store(
@@ -22,7 +30,7 @@ def get_or_create_memory_store(
 ) -> Any:
     """The named MemoryStore actor, created on first use."""
     env = embedder_process_env(settings)
-    return MemoryStoreActor.options(  # type: ignore[attr-defined]
+    return MemoryStoreActorRemote.options(  # type: ignore[attr-defined]
         name=name,
         namespace=namespace,
         get_if_exists=True,
@@ -31,4 +39,4 @@ def get_or_create_memory_store(
     ).remote(uri, settings)
 
 
-__all__ = ["MemoryStoreActor", "get_or_create_memory_store"]
+__all__ = ["MemoryStoreActor", "MemoryStoreActorRemote", "get_or_create_memory_store"]

@@ -17,7 +17,15 @@ from runtime.errors import ActorLostError, ToolError
 from runtime.shell import ProcessOutput, ProcessSlot, ProcessStatus, ProcessTable, SignalResult
 from runtime.shell.handle import StartSpec
 
-ShellProcessActor = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(ProcessSlot)
+
+class ShellProcessActor(ProcessSlot):
+    """:class:`~runtime.shell.ProcessSlot` as it runs on Ray (the subclass adds
+    nothing but its name: the process shows as ``ray::ShellProcessActor``)."""
+
+
+ShellProcessActorRemote = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(
+    ShellProcessActor
+)
 
 
 class RaySlot:
@@ -84,7 +92,7 @@ class ShellProcesses(ProcessTable):
         super().__init__(self._new_slot, bwrap=bwrap, spares=spares)
 
     def _new_slot(self) -> RaySlot:
-        actor: Any = ShellProcessActor.options(  # type: ignore[attr-defined]
+        actor: Any = ShellProcessActorRemote.options(  # type: ignore[attr-defined]
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False),
         ).remote()
         # Without a first call the handle resolves the actor's address only on
@@ -93,4 +101,4 @@ class ShellProcesses(ProcessTable):
         return RaySlot(actor)
 
 
-__all__ = ["RaySlot", "ShellProcessActor", "ShellProcesses"]
+__all__ = ["RaySlot", "ShellProcessActor", "ShellProcessActorRemote", "ShellProcesses"]

@@ -30,7 +30,7 @@ shared).
 Process memory and CPU come from psutil. Persona pids come from
 ``PersonaActor.stats()``. The router and the audit actor have no pid-reporting
 method, so their processes are found by Ray proctitle (``ray::RouterActor``,
-``ray::AuditLog``) among the descendants of this driver only (the raylet
+``ray::AuditLogActor``) among the descendants of this driver only (the raylet
 and its workers are our children), which keeps other Ray sessions on a shared
 machine out of the count.
 
@@ -621,7 +621,7 @@ def run_main_home(
         ray.get([rt.router.ping.remote(), rt.audit.stats.remote()])
         roles = {
             "router": {actor_pid("RouterActor")},
-            "audit": {actor_pid("AuditLog")},
+            "audit": {actor_pid("AuditLogActor")},
             "model server": {srv.pid},
         }
         # 1. sequential

@@ -33,7 +33,7 @@ def scripted(
     **extra: Any,
 ) -> dict[str, Any]:
     """A persona.yaml body with a scripted model."""
-    model = {"provider": "scripted", "rules": rules or [], "default": default}
+    model: dict[str, Any] = {"provider": "scripted", "rules": rules or [], "default": default}
     if latency_ms:
         model["latency_ms"] = latency_ms
     return {"model": model, **extra}

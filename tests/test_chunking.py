@@ -62,10 +62,12 @@ def test_sizes_coverage_and_order(seed: int, size: int, overlap: int) -> None:
 def test_paragraphs_are_packed_whole() -> None:
     paras = [f"Paragraph {i} " + "word " * 40 + "end." for i in range(20)]
     text = "\n\n".join(paras)
-    for chunk in chunk_text(text, size=1000, overlap=0):
-        # Without overlap every chunk is a run of whole paragraphs.
-        for piece in chunk.split("\n\n"):
-            assert piece in paras
+    # A paragraph is 216 or 217 characters and the separator 2: four make at
+    # most 4 * 217 + 3 * 2 = 874 <= 1000, a fifth makes over 1,080. Greedy
+    # packing therefore puts exactly four whole paragraphs in every chunk.
+    assert chunk_text(text, size=1000, overlap=0) == [
+        "\n\n".join(paras[i : i + 4]) for i in range(0, 20, 4)
+    ]
 
 
 @pytest.mark.parametrize("seed", [7, 8, 9])
@@ -95,26 +97,52 @@ def test_overlap_prefers_a_sentence_boundary() -> None:
     sentences = [f"Sentence number {i} is short." for i in range(200)]
     text = " ".join(sentences)
     spans = chunk_spans(text, size=600, overlap=120)
+    assert len(spans) > len(text) // 600  # many chunks, so many overlaps checked
     for (_, prev_end), (start, _) in itertools.pairwise(spans):
         assert start < prev_end
         assert text[start:].startswith("Sentence number")
 
 
 def test_long_paragraph_splits_on_lines_then_sentences() -> None:
+    # Lines 0-9 are 57 characters, lines 10-29 are 58.
     lines = [f"line {i} " + "x" * 50 for i in range(30)]
-    text = "\n".join(lines)  # one paragraph of ~1,700 chars
+    # One line longer than ``size``, made of twelve 53-character sentences.
+    sentences = [f"Sentence {k:02} " + "y" * 40 + "." for k in range(12)]
+    long_line = " ".join(sentences)
+    assert len(long_line) == 647
+    text = "\n".join([*lines, long_line])  # one paragraph of ~2,400 chars
     chunks = chunk_text(text, size=500, overlap=0)
-    assert len(chunks) >= 4
-    for chunk in chunks:
-        assert all(line in lines for line in chunk.split("\n"))
+    # The paragraph is cut into lines; the long line is cut into sentences.
+    # Greedy packing: 8 lines of 57 take 8 * 57 + 7 = 463 (a ninth: 521);
+    # lines 8-15 take 2 * 57 + 6 * 58 + 7 = 469; lines 16-23 take 471; lines
+    # 24-29 take 353, and the first two sentences fit after them (461, a third
+    # makes 515). Nine sentences take 9 * 53 + 8 = 485 (ten: 539); one is left.
+    assert chunks == [
+        "\n".join(lines[0:8]),
+        "\n".join(lines[8:16]),
+        "\n".join(lines[16:24]),
+        "\n".join([*lines[24:30], " ".join(sentences[0:2])]),
+        " ".join(sentences[2:11]),
+        sentences[11],
+    ]
 
 
 def test_unbreakable_token_is_hard_sliced() -> None:
     text = "start\n\n" + "x" * 2500 + "\n\nend"
     spans = chunk_spans(text, size=1000, overlap=100)
-    assert all(end - start <= 1000 for start, end in spans)
+    # "start" is 0-5 and "end" 2509-2512; the run of x is 7-2507 and has no
+    # line, sentence or word break, so it is sliced every 1,000 characters:
+    # 7-1007, 1007-2007, 2007-2507. Overlap may not push a chunk past 1,000,
+    # so the two full slices get none; the last slice (500) starts 100
+    # characters back, at 1907, and "end" (605 from there) is packed with it.
+    assert spans == [(0, 5), (7, 1007), (1007, 2007), (1907, 2512)]
+    assert [text[s:e] for s, e in spans] == [
+        "start",
+        "x" * 1000,
+        "x" * 1000,
+        "x" * 600 + "\n\nend",
+    ]
     _assert_covers(text, spans)
-    assert "".join(text[s:e] for s, e in spans).count("x") >= 2500
 
 
 def test_windows_line_endings_are_paragraph_breaks() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,20 @@ def seen_by_model(rt: Runtime, turn_id: str) -> int:
         f"where kind = 'model_call' and turn_id = '{turn_id}'"
     ).rows
     return int(messages)
+
+
+def wait_until(condition: Callable[[], bool], deadline: float = 30.0) -> None:
+    """Poll ``condition()`` until it holds (fails after ``deadline`` seconds)."""
+    end = time.monotonic() + deadline
+    while not condition():
+        assert time.monotonic() < end, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def count(rt: Runtime, where: str) -> int:
+    """How many audit events match ``where`` (after a flush)."""
+    [(n,)] = rt.query(f"select count(*) from events where {where}").rows
+    return int(n)
 
 
 def ask_rule(target: str, text: str) -> dict[str, Any]:
@@ -85,6 +99,10 @@ def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[
 
 
 def test_coordinator_asks_two_concurrently(rt: Runtime) -> None:
+    # Warm actors: a cold start (seconds, and not the same for both) would
+    # spread the two 300 ms turns apart whatever the asks did.
+    for name in ("alpha", "beta"):
+        assert rt.ask(name, "warm up", conversation_id=f"{name}:warm").status == "ok"
     reply = rt.ask("boss", "ask both", conversation_id="boss:both")
     assert reply.text == "got [alpha here] and [beta here]"
     rows = rt.query(
@@ -100,26 +118,31 @@ def test_coordinator_asks_two_concurrently(rt: Runtime) -> None:
 def test_send_is_mirrored_back(rt: Runtime) -> None:
     reply = rt.ask("boss", "post it", conversation_id="boss:post")
     assert reply.status == "ok"
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        rt.flush()
-        rows = rt.query(
-            "select count(*) from events where persona = 'boss' "
-            "and conversation_id = 'boss:inbox:alpha' and kind = 'turn_ended'"
-        ).rows
-        if rows[0][0] >= 1:
-            break
-        time.sleep(0.2)
+    # alpha's reply comes back as a new turn of boss, in boss:inbox:alpha.
+    wait_until(
+        lambda: (
+            count(
+                rt,
+                "persona = 'boss' and conversation_id = 'boss:inbox:alpha' and kind = 'turn_ended'",
+            )
+            >= 1
+        )
+    )
     history = ray.get(rt.audit.history.remote("boss", "boss:inbox:alpha"))
     assert history[0].text == "[message from persona alpha] alpha here"
     assert history[-1].text == "boss heard it"
 
 
 def test_ask_cycle_fails_fast(rt: Runtime) -> None:
-    started = time.perf_counter()
     reply = rt.ask("boss", "loop please", conversation_id="boss:loop")
-    assert time.perf_counter() - started < 10
     assert "ask cycle: boss → looper → boss" in reply.text
+    # looper's ask failed before sending anything: boss never got a message
+    # from looper, so nobody waited on anybody.
+    errors = rt.query(
+        "select tool, error_kind from events where persona = 'looper' and kind = 'tool_result'"
+    ).rows
+    assert errors == [("ask_persona", "ask_cycle")]
+    assert count(rt, "conversation_id = 'boss:inbox:looper'") == 0
 
 
 def test_queue_cap_refuses_persona_messages_not_people(rt: Runtime) -> None:
@@ -133,9 +156,14 @@ def test_queue_cap_refuses_persona_messages_not_people(rt: Runtime) -> None:
             reply_mode="none",
         )
 
+    def m0_turn_started() -> bool:
+        where = "conversation_id = 'sleepy:inbox:boss' and kind = 'turn_started'"
+        return count(rt, where) >= 1
+
     async def flood() -> None:
         await rt.directory.post(from_boss(0))
-        await asyncio.sleep(0.3)  # m0's turn is running
+        # m0's turn is running (2.5 s): m0 is off the queue, which is empty.
+        wait_until(m0_turn_started)
         await rt.directory.post(from_boss(1))
         await rt.directory.post(from_boss(2))
         with pytest.raises(QueueFullError, match=r"\(2/2"):
@@ -156,13 +184,18 @@ def test_queue_cap_refuses_persona_messages_not_people(rt: Runtime) -> None:
 
 def test_persona_killed_mid_turn_comes_back(rt: Runtime) -> None:
     rt.ask("alpha", "warm up", conversation_id="alpha:kill")
+    handle = ray.get_actor(persona_actor_name(rt.id, "alpha"), namespace=rt.namespace)
+    assert not ray.get(handle.stats.remote())["busy"]
 
     async def killed() -> Any:
         task = asyncio.ensure_future(rt.ask_async("alpha", "doomed", conversation_id="alpha:kill"))
-        # Well inside the audit buffer's flush interval: only the spool keeps
-        # what the dying actor recorded.
-        await asyncio.sleep(0.05)
-        handle = ray.get_actor(persona_actor_name(rt.id, "alpha"), namespace=rt.namespace)
+        # Killed as soon as the doomed message is in (its 300 ms turn running):
+        # likely inside the audit buffer's flush interval, so that only the
+        # spool keeps what the dying actor recorded. Stats do not flush it.
+        end = time.monotonic() + 30
+        while not (await handle.stats.remote())["busy"]:
+            assert time.monotonic() < end, "the doomed message never reached alpha"
+            await asyncio.sleep(0.005)
         ray.kill(handle, no_restart=False)
         return await asyncio.wait_for(task, 30)
 
@@ -212,10 +245,8 @@ def test_passivation_round_trip(tmp_path: Path, ray_session: None) -> None:
     try:
         assert rt.ask("idler", "one", conversation_id="idler:c").text == "still here"
         assert ray.get(rt.router.active.remote()) == ["idler"]
-        deadline = time.time() + 15
-        while ray.get(rt.router.active.remote()) and time.time() < deadline:
-            time.sleep(0.25)
-        assert ray.get(rt.router.active.remote()) == []  # no process for an idle persona
+        # No process for an idle persona: the watcher has it passivated.
+        wait_until(lambda: ray.get(rt.router.active.remote()) == [])
         # The cached handle is stale; delivery re-resolves and reactivates.
         second = rt.ask("idler", "two", conversation_id="idler:c")
         assert second.text == "still here"

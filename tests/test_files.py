@@ -62,13 +62,24 @@ async def test_read_caps(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
     (ws(ctx) / "long.txt").write_text("x" * 5000 + "\nshort\n")
     out = await call(F.file_read, ctx, path="long.txt")
-    assert "[line cut: 5000 chars]" in out and "were cut" in out
+    assert out.splitlines() == [
+        "1\t" + "x" * F.READ_MAX_LINE_CHARS + "… [line cut: 5000 chars]",
+        "2\tshort",
+        f"[1 line(s) longer than {F.READ_MAX_LINE_CHARS} chars were cut]",
+    ]
     (ws(ctx) / "big.txt").write_text(("y" * 1000 + "\n") * 500)
     out = await call(F.file_read, ctx, path="big.txt")
-    assert len(out) <= F.READ_MAX_OUTPUT_CHARS + 200
-    assert "continue with offset=" in out
-    default = await call(F.file_read, ctx, path="big.txt", limit=5)
-    assert "of 500" in default
+    # Each numbered line is "NNN\t" + 1,000 chars + a newline = 1,005: 99 of
+    # them fit in the output cap (99,495), a 100th would not (100,500).
+    lines = out.splitlines()
+    assert len(lines) == 100 and len(out) <= F.READ_MAX_OUTPUT_CHARS
+    assert lines[0] == "  1\t" + "y" * 1000 and lines[98] == " 99\t" + "y" * 1000
+    assert lines[-1] == "[showing lines 1–99 of 500; continue with offset=100]"
+    limited = await call(F.file_read, ctx, path="big.txt", limit=5)
+    assert limited.splitlines() == [
+        *(f"{i}\t" + "y" * 1000 for i in range(1, 6)),
+        "[showing lines 1–5 of 500; continue with offset=6]",
+    ]
 
 
 async def test_read_errors(tmp_path: Path) -> None:
@@ -110,7 +121,7 @@ async def test_write_creates_parents_and_refuses_overwrite(tmp_path: Path) -> No
     assert err.kind == "already_exists" and "overwrite" in err.detail
     assert (ws(ctx) / "a/b/c.txt").read_text() == "hi\nthere\n"
     out = await call(F.file_write, ctx, path="a/b/c.txt", content="new", overwrite=True)
-    assert out.startswith("overwrote a/b/c.txt")
+    assert out == "overwrote a/b/c.txt (3 bytes, 1 lines)"
     assert (ws(ctx) / "a/b/c.txt").read_text() == "new"
     # No temp files left behind.
     assert sorted(p.name for p in (ws(ctx) / "a/b").iterdir()) == ["c.txt"]
@@ -183,7 +194,14 @@ async def test_list_cap(tmp_path: Path) -> None:
     for i in range(F.LIST_MAX_ENTRIES + 20):
         (ws(ctx) / f"f{i:04}").write_text("")
     out = await call(F.file_list, ctx)
-    assert out.splitlines()[-1].startswith("[listing cut at 500")
+    lines = out.splitlines()
+    # The header, exactly the cap of entries (the first 500 by name), the note.
+    assert len(lines) == 1 + F.LIST_MAX_ENTRIES + 1
+    assert lines[0] == "./" and lines[1] == "f0000"
+    assert lines[-2] == f"f{F.LIST_MAX_ENTRIES - 1:04}"
+    assert lines[-1] == (
+        f"[listing cut at {F.LIST_MAX_ENTRIES} entries; use glob or a lower depth]"
+    )
 
 
 # --- glob and grep -------------------------------------------------------
@@ -227,7 +245,9 @@ async def test_glob_cap(tmp_path: Path) -> None:
         (ws(ctx) / f"f{i:04}.txt").write_text("")
     out = await call(F.glob, ctx, pattern="*.txt")
     lines = out.splitlines()
-    assert len(lines) == F.GLOB_MAX_RESULTS + 1 and lines[-1].startswith("[results cut")
+    assert len(lines) == F.GLOB_MAX_RESULTS + 1
+    assert lines[-2] == f"f{F.GLOB_MAX_RESULTS - 1:04}.txt"
+    assert lines[-1] == f"[results cut at {F.GLOB_MAX_RESULTS}; narrow the pattern]"
 
 
 async def test_grep_gitignore_binaries_and_secrets(tmp_path: Path) -> None:
@@ -245,7 +265,11 @@ async def test_grep_gitignore_binaries_and_secrets(tmp_path: Path) -> None:
     out = await call(F.grep, ctx, pattern="hello", path="src/app.py")
     assert out == "app.py:2: print('hello')"
     out = await call(F.grep, ctx, pattern="hello", max_results=2)
-    assert out.splitlines()[-1].startswith("[results cut at 2")
+    assert out.splitlines() == [
+        "src/app.py:2: print('hello')",
+        "src/sub/keep.py:1: hello kept",
+        "[results cut at 2; narrow the pattern, path or include]",
+    ]
     assert (await error(F.grep, ctx, pattern="(")).kind == "invalid_arguments"
 
 

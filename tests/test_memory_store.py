@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import lancedb
 import pytest
 from aiohttp import web
 
@@ -79,14 +80,18 @@ def test_write_memories_is_one_embed_call_and_one_commit(
     store: MemoryStore, embedder: CountingEmbedder
 ) -> None:
     store.write_memory("ada", category="x", content="warm up")  # creates the table
-    table = store._table("memories")
-    version = table.version
+
+    def version() -> int:
+        # A fresh connection sees the latest commit of the table on disk.
+        return int(lancedb.connect(store.uri).open_table("memories").version)
+
+    before = version()
     embedder.calls.clear()
     items = [MemoryInput("ada", "log", f"entry number {i}", 1 + i % 10) for i in range(25)]
     items.append(MemoryInput("bob", "log", "bob's entry", 3))
     rows = store.write_memories(items)
     assert embedder.calls == [26]
-    assert table.version == version + 1
+    assert version() == before + 1
     assert len({r.id for r in rows}) == 26
     assert store.counts("ada")["memories"] == 26
     assert store.counts("bob")["memories"] == 1
@@ -129,12 +134,14 @@ def test_delete(store: MemoryStore) -> None:
 
 def test_hybrid_mixes_memories_and_knowledge(store: MemoryStore) -> None:
     mem = store.write_memory("ada", category="travel", content="Booked the Lisbon flight")
-    store.write_memory("ada", category="work", content="Reviewed the quarterly budget")
+    budget = store.write_memory("ada", category="work", content="Reviewed the quarterly budget")
     store.ingest("ada", source="guide", text="Lisbon trams.\n\nLisbon food and pastries.")
     hits = store.recall("ada", query="Lisbon")
+    # Everything ada has: both memories (the vector leg ranks every row) and
+    # the one chunk of the short guide.
     tags = [h.tag for h in hits]
-    assert f"[memory {mem.id}]" in tags
-    assert "[knowledge guide#0]" in tags
+    assert sorted(tags) == sorted([mem.tag, budget.tag, "[knowledge guide#0]"])
+    assert tags.index(mem.tag) < tags.index(budget.tag)  # the one that says Lisbon first
     knowledge = next(h for h in hits if h.kind == "knowledge")
     assert (knowledge.source, knowledge.chunk) == ("guide", 0)
     # Fused scores are sorted; both stores were searched together.
@@ -206,7 +213,9 @@ def test_empty_query_orders_by_importance_then_recency(store: MemoryStore) -> No
         high_new.id,
         high_old.id,
     ]
-    assert all(h.score is None for h in store.recall("ada", query="   "))
+    blank = store.recall("ada", query="   ")  # a blank query is an empty one
+    assert [h.id for h in blank] == [high_new.id, high_old.id, mid.id, low.id]
+    assert all(h.score is None for h in blank)
 
 
 # -- isolation ---------------------------------------------------------------
@@ -214,13 +223,17 @@ def test_empty_query_orders_by_importance_then_recency(store: MemoryStore) -> No
 
 def test_personas_are_isolated(store: MemoryStore) -> None:
     ada = store.write_memory("ada", category="secret", content="ada's launch code ZX81")
-    store.write_memories(
+    bob = store.write_memories(
         [MemoryInput("bob", "secret", f"bob's launch code ZX81 copy {i}") for i in range(60)]
     )
     hits = store.recall("ada", query="launch code ZX81", limit=50)
     assert [h.id for h in hits] == [ada.id]  # prefiltered: bob's 60 never crowd ada out
     assert [h.id for h in store.recall("ada", query="ZX81", mode="fts")] == [ada.id]
-    assert all("bob" in h.content for h in store.recall("bob", query="ZX81", limit=50))
+    # Bob's 60 all match: his recall is full (the limit), and only his rows.
+    bob_hits = store.recall("bob", query="ZX81", limit=50)
+    assert len(bob_hits) == 50 and len({h.id for h in bob_hits}) == 50
+    assert {h.id for h in bob_hits} <= {r.id for r in bob}
+    assert all(h.content.startswith("bob's launch code") for h in bob_hits)
     assert store.recall("carol", query="ZX81") == []
     # Another persona's id is indistinguishable from an unknown one.
     for call in (
@@ -231,7 +244,7 @@ def test_personas_are_isolated(store: MemoryStore) -> None:
             call()
         assert _kind(exc) == "not_found"
         assert ada.id in exc.value.detail
-    assert store.recall("ada", date=ada.day)[0].content == ada.content
+    assert [h.content for h in store.recall("ada", date=ada.day)] == [ada.content]
 
 
 def test_knowledge_and_user_model_are_isolated(store: MemoryStore) -> None:
@@ -268,7 +281,8 @@ def test_ingest_chunks_and_replaces(tmp_path: Path, embedder: CountingEmbedder) 
     text = "\n\n".join(f"Section {i}. " + "Body text sentence. " * 6 for i in range(10))
     embedder.calls.clear()
     first = store.ingest("ada", source="manual", text=text)
-    assert first.chunks > 3 and first.replaced == 0
+    # Ten 130-character sections; two never fit in 200, so one chunk each.
+    assert (first.chunks, first.replaced) == (10, 0)
     assert embedder.calls == [first.chunks]  # one batched call
     second = store.ingest("ada", source="manual", text="Short replacement about gizmos.")
     assert (second.chunks, second.replaced) == (1, first.chunks)
@@ -355,7 +369,7 @@ def test_bad_ids_and_recall_arguments(store: MemoryStore) -> None:
         ),
         (lambda: store.recall("ada", query="x", limit=0), "invalid_arguments"),
         (lambda: store.recall("ada", query="x", limit=51), "invalid_arguments"),
-        (lambda: store.recall("ada", query="x", source="web"), "invalid_arguments"),
+        (lambda: store.recall("ada", query="x", source="web"), "invalid_arguments"),  # type: ignore[arg-type]
         (lambda: store.recall("ada", date="10/03/2025"), "invalid_arguments"),
         (lambda: store.recall("ada", date="2025-02-30"), "invalid_arguments"),
         (lambda: store.write_user_model("ada", dimension="", content="x"), "invalid_arguments"),
@@ -367,7 +381,7 @@ def test_bad_ids_and_recall_arguments(store: MemoryStore) -> None:
         assert _kind(exc) == (kind or "invalid_arguments")
     with pytest.raises(ValueError):
         store.write_memory("", category="log", content="no persona")
-    assert store.recall("ada", date=" 2025-03-10 ")[0].id == row.id
+    assert [h.id for h in store.recall("ada", date=" 2025-03-10 ")] == [row.id]
 
 
 # -- freshness, maintenance, storage ------------------------------------------
@@ -534,14 +548,39 @@ def test_openai_embedder_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
         OpenAIEmbedder("text-embedding-3-small", api_key_env="NO_SUCH_KEY")
 
 
-def test_openai_embedder_in_a_store(tmp_path: Path, fake_key: None) -> None:
-    """The store works with any Embedder; here a subclass stubs the HTTP call."""
+async def test_openai_embedder_in_a_store(tmp_path: Path, fake_key: None) -> None:
+    """The store over the real OpenAIEmbedder, served hashing vectors locally."""
+    inputs: list[list[str]] = []
+    hashing = HashingEmbedder(48)
 
-    class Stub(OpenAIEmbedder):
-        def _embed_batch(self, batch: list[str]) -> list[list[float]]:
-            return HashingEmbedder(self.dim).embed(batch)
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        inputs.append(body["input"])
+        data = [
+            {"object": "embedding", "index": i, "embedding": vector}
+            for i, vector in enumerate(hashing.embed(body["input"]))
+        ]
+        usage = {"prompt_tokens": 1, "total_tokens": 1}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body["model"], "usage": usage}
+        )
 
-    emb = Stub("text-embedding-3-small", api_key_env="TEST_EMBED_KEY", dim=48)
-    store = MemoryStore(str(tmp_path / "db"), emb)
-    row = store.write_memory("ada", category="c", content="stubbed vectors")
-    assert store.recall("ada", query="stubbed")[0].id == row.id
+    runner, base_url = await _serve(embeddings)
+    try:
+        emb = OpenAIEmbedder(
+            "text-embedding-3-small", base_url=base_url, api_key_env="TEST_EMBED_KEY", dim=48
+        )
+        store = MemoryStore(str(tmp_path / "db"), emb)
+        row = await asyncio.to_thread(
+            store.write_memory, "ada", category="c", content="served vectors"
+        )
+        other = await asyncio.to_thread(
+            store.write_memory, "ada", category="c", content="something unrelated"
+        )
+        hits = await asyncio.to_thread(store.recall, "ada", query="served", mode="vector")
+        assert [h.id for h in hits] == [row.id, other.id]
+        assert hits[0].distance is not None and hits[0].distance < 0.5
+        # Each write embedded its content, the query was embedded on its own.
+        assert inputs == [["served vectors"], ["something unrelated"], ["served"]]
+    finally:
+        await runner.cleanup()

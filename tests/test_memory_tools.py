@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,34 @@ async def test_knowledge_ingest_from_workspace_and_rails(
 async def test_memory_tools_hidden_without_a_store() -> None:
     names = set(builtin_registry().visible(make_ctx()))
     assert not names & {"memory", "recall", "knowledge_ingest", "user_model_write"}
+
+
+async def test_documents_are_read_off_the_event_loop(
+    tmp_path: Path, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.memory import documents
+
+    loop_thread = threading.get_ident()
+    readers: list[int] = []
+    real = documents.read_document
+
+    def probe(path: Path, **kwargs: object) -> str:
+        readers.append(threading.get_ident())
+        return real(path)
+
+    monkeypatch.setattr(documents, "read_document", probe)
+    rt, model = persona_with(
+        tmp_path,
+        store,
+        "ana",
+        [
+            AssistantMessage(
+                tool_calls=[tool_call("knowledge_ingest", {"source": "m", "path": "m.md"})]
+            ),
+            "ok",
+        ],
+    )
+    (rt.persona.workspace / "m.md").write_text("# Manual\n\nBleed the valve.", encoding="utf-8")
+    await rt.handle(env("ana"))
+    assert results(model) == ["ingested m: 1 chunk(s)"]
+    assert len(readers) == 1 and readers[0] != loop_thread

@@ -4,6 +4,8 @@ ToolError, and nothing outside the rails is created or changed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +22,9 @@ from runtime.tool import ToolSpec
 from tests.helpers import make_ctx
 from tools import files as F
 from tools._paths import resolve_path, workspace_path
+
+# The real writer, taken before any test wraps it.
+_REAL_WRITE = F._atomic_write
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
@@ -68,20 +73,37 @@ class World:
         return make_ctx(workspace=self.ws, persona_dir=self.me, home=self.home, access=access)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = World(tmp_path_factory.mktemp("rails"))
-    # A regression in the rails must fail this test, not write to /etc: every
-    # write goes through this guard, which only lets paths inside the world.
-    real = F._atomic_write
+@contextlib.contextmanager
+def writes_confined_to(root: Path) -> Iterator[None]:
+    """A regression in the rails must fail the test, not write to /etc: while
+    this is active every write goes through a guard that only lets paths
+    under ``root``."""
 
     def guarded(path: Path, data: bytes) -> None:
-        if not path.resolve().is_relative_to(w.root.resolve()):
+        if not path.resolve().is_relative_to(root.resolve()):
             raise AssertionError(f"a write escaped the test world: {path}")
-        real(path, data)
+        _REAL_WRITE(path, data)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(F, "_atomic_write", guarded)
+        yield
+
+
+@contextlib.contextmanager
+def system_tempdir(path: Path) -> Iterator[None]:
+    """``tempfile.gettempdir()`` answers ``path`` (personas' temp roots live there)."""
+    old = tempfile.tempdir
+    tempfile.tempdir = str(path)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = old
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    w = World(tmp_path_factory.mktemp("rails"))
+    with writes_confined_to(w.root):
         yield w
 
 
@@ -151,9 +173,7 @@ ACCESS = st.sampled_from(["full", "workspace", "readonly"])
 
 
 def test_generated_escapes_are_refused(world: World) -> None:
-    old_tempdir = tempfile.tempdir
-    tempfile.tempdir = str(world.systmp)
-    try:
+    with system_tempdir(world.systmp):
         before = snapshot(world.root)
         seen: list[str] = []
 
@@ -176,36 +196,52 @@ def test_generated_escapes_are_refused(world: World) -> None:
         check()
         assert len(seen) >= 100
         assert snapshot(world.root) == before
-    finally:
-        tempfile.tempdir = old_tempdir
 
 
-def test_writes_outside_workspace_refused_unless_full(world: World) -> None:
-    old_tempdir = tempfile.tempdir
-    tempfile.tempdir = str(world.systmp)
-    try:
+def test_writes_outside_workspace_refused_unless_full(world: World, tmp_path: Path) -> None:
+    def targets(w: World) -> list[str]:
+        """Outside the workspace, inside the allowed roots: the persona's own
+        directory (relative and absolute) and its temp directory."""
+        return ["../notes.md", str(w.me / "persona.yaml"), str(w.systmp / "coterie-tester" / "x")]
+
+    with system_tempdir(world.systmp):
         before = snapshot(world.root)
-        targets = [
-            "../notes.md",
-            str(world.me / "persona.yaml"),
-            str(world.systmp / "coterie-tester" / "x"),
-        ]
-
-        @settings(max_examples=100, deadline=None, database=None)
-        @given(
-            target=st.sampled_from(targets),
-            access=st.sampled_from(["workspace", "readonly"]),
-            tool=st.sampled_from(["file_write", "file_edit"]),
-        )
-        def check(target: str, access: str, tool: str) -> None:
+        # Every combination, not a sample of them.
+        for target, access, tool in itertools.product(
+            targets(world), ["workspace", "readonly"], ["file_write", "file_edit"]
+        ):
             with pytest.raises(ToolError) as info:
                 run_tool(tool, world.ctx(access), target)
-            assert info.value.kind == "path_denied"
-
-        check()
+            assert info.value.kind == "path_denied", (target, access, tool)
         assert snapshot(world.root) == before
-    finally:
-        tempfile.tempdir = old_tempdir
+
+    # Full access writes there. A world of its own, so the shared world stays
+    # exactly as every other test's snapshot expects it.
+    full = World(tmp_path / "full")
+    soul = full.me / "SOUL.md"
+    soul.write_text("root of me\n")
+    with writes_confined_to(full.root), system_tempdir(full.systmp):
+        before = snapshot(full.root)
+        ctx = full.ctx("full")
+        notes, persona_yaml, scratch = targets(full)
+        written = [
+            (notes, full.me / "notes.md"),
+            (persona_yaml, full.me / "persona.yaml"),
+            (scratch, full.systmp / "coterie-tester" / "x"),
+        ]
+        for raw, path in written:
+            out = run_tool("file_write", ctx, raw)
+            assert out == f"wrote {path.resolve()} (6 bytes, 1 lines)"
+            assert path.read_text() == "pwned\n"
+        out = run_tool("file_edit", ctx, str(soul))
+        assert out == f"edited {soul.resolve()} (exact match, line 1)"
+        assert soul.read_text() == "pwned of me\n"
+        after = snapshot(full.root)
+    # Those files, the temp folder and the edit; nothing else changed.
+    new = {str(path) for _, path in written} | {str(full.systmp / "coterie-tester")}
+    assert set(after) - set(before) == new
+    assert set(before) - set(after) == set()
+    assert {k for k in before if before[k] != after[k]} == {str(soul)}
 
 
 def test_inside_paths_still_work(world: World) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,6 +54,20 @@ def echo_model(prefix: str) -> FunctionModel:
     return FunctionModel(lambda r: f"{prefix}: {latest_user_text(r)}")
 
 
+async def until(condition: Callable[[], bool], deadline: float = 30.0) -> None:
+    """Yield to the loop until ``condition()`` holds (fails after ``deadline`` s)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not condition():
+        assert loop.time() < end, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def all_idle(hub: LocalHub) -> bool:
+    """No persona has a turn running or a message waiting."""
+    return not any(p.busy() for p in hub.personas.values())
+
+
 async def test_ask_round_trip_and_thread_persists(tmp_path: Path) -> None:
     a = ScriptedModel(
         [
@@ -97,24 +111,25 @@ async def test_send_returns_at_once_and_reply_is_mirrored(tmp_path: Path) -> Non
         )
     )
     hub = build(tmp_path, {"a": a, "b": FunctionModel(slow_b)})
-    reply = await asyncio.wait_for(hub.personas["a"].handle(user("a", "go")), 1)
+    # b's turn waits on the gate: a's turn can only end if the send did not wait.
+    reply = await asyncio.wait_for(hub.personas["a"].handle(user("a", "go")), 30)
     assert results(a)[-1].content == "posted to b:inbox:a"
-    assert reply.text.startswith("a heard")
+    assert reply.text == "a heard: go"
+    assert hub.personas["b"].busy()  # its turn is still waiting on the gate
+    assert hub.personas["a"].conversation("a:inbox:b").history == []
     gate.set()
-    for _ in range(100):  # the mirror wakes a in a:inbox:b
-        if (
-            hub.personas["a"].conversation("a:inbox:b").history[-1:]
-            and not hub.personas["a"].busy()
-        ):
-            break
-        await asyncio.sleep(0.01)
+    # The mirror wakes a in a:inbox:b; once nobody is busy, every turn it
+    # caused (and any mirror of a mirror) has run.
+    await until(lambda: all_idle(hub))
     thread = hub.personas["a"].conversation("a:inbox:b").history
+    assert [m.kind for m in thread] == ["user", "assistant"]
     assert isinstance(thread[0], UserMessage)
     assert thread[0].text == "[message from persona b] b's answer"
-    assert thread[-1].kind == "assistant"
     # a's reply to the mirror is not mirrored back: b's inbox has one exchange.
-    await asyncio.sleep(0.05)
-    assert len(hub.personas["b"].conversation("b:inbox:a").history) == 2
+    assert [m.kind for m in hub.personas["b"].conversation("b:inbox:a").history] == [
+        "user",
+        "assistant",
+    ]
 
 
 async def test_skipped_ends_thread_without_mirror(tmp_path: Path) -> None:
@@ -131,14 +146,23 @@ async def test_skipped_ends_thread_without_mirror(tmp_path: Path) -> None:
         reply_mode="mirror",
     )
     await hub.post(env)
-    await asyncio.sleep(0.1)
+    # b's worker posts any mirror before it ends: once b and a are both idle,
+    # a mirror would have been posted and answered.
+    await until(lambda: all_idle(hub))
     b.assert_consumed()
+    assert [m.kind for m in hub.personas["b"].conversation("b:inbox:a").history] == [
+        "user",
+        "assistant",
+        "tool_result",  # end_task(skipped)
+    ]
     assert hub.personas["a"].conversation("a:inbox:b").history == []
 
 
 async def test_ask_timeout_is_readable_and_target_finishes(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
     async def slow(request: ModelRequest) -> str:
-        await asyncio.sleep(4.0)
+        await gate.wait()  # answers only once the test lets it
         return "late"
 
     a = ScriptedModel(
@@ -152,13 +176,19 @@ async def test_ask_timeout_is_readable_and_target_finishes(tmp_path: Path) -> No
         ]
     )
     hub = build(tmp_path, {"a": a, "b": FunctionModel(slow)})
-    started = time.perf_counter()
-    await hub.personas["a"].handle(user("a", "go"))
-    assert time.perf_counter() - started < 3.5  # the 1 s timeout, not the 4 s turn
+    # b cannot answer before the gate opens: a's turn ends on the 1 s timeout.
+    reply = await asyncio.wait_for(hub.personas["a"].handle(user("a", "go")), 30)
+    assert reply.text == "gave up"
+    a.assert_consumed()
     body = json.loads(results(a)[-1].content)
     assert body["error"] == "timeout" and "within 1 s" in body["detail"]
-    await asyncio.sleep(3.5)  # the target's turn was not cancelled
-    assert hub.personas["b"].conversation("b:inbox:a").history[-1].kind == "assistant"
+    # The target's turn was not cancelled: it is still running, and finishes.
+    b = hub.personas["b"]
+    assert b.busy()
+    gate.set()
+    await until(lambda: not b.busy())
+    last = b.conversation("b:inbox:a").history[-1]
+    assert isinstance(last, AssistantMessage) and last.text == "late"
 
 
 @pytest.mark.parametrize(
@@ -183,8 +213,11 @@ async def test_bad_targets_and_arguments(
     )
     hub = build(tmp_path, {"a": a, "b": echo_model("b")})
     await hub.personas["a"].handle(user("a", "go"))
-    for result in results(a):
-        assert json.loads(result.content)["error"] == kind, result.content
+    a.assert_consumed()
+    errors = [(r.name, json.loads(r.content)["error"]) for r in results(a)]
+    assert errors == [("ask_persona", kind), ("send_to_persona", kind)]
+    # Nothing reached b.
+    assert all_idle(hub) and hub.personas["b"].conversation("b:inbox:a").history == []
 
 
 async def test_tools_hidden_with_one_persona_and_in_subagents(tmp_path: Path) -> None:
@@ -223,9 +256,8 @@ async def test_ask_cycle_fails_at_once(tmp_path: Path) -> None:
         )
 
     hub = build(tmp_path, {"a": asker("b"), "b": asker("c"), "c": asker("a")})
-    started = time.perf_counter()
-    reply = await asyncio.wait_for(hub.personas["a"].handle(user("a", "go")), 5)
-    assert time.perf_counter() - started < 5  # not the 120 s ask timeout
+    # Far below the 120 s ask timeout a cycle waiting on itself would take.
+    reply = await asyncio.wait_for(hub.personas["a"].handle(user("a", "go")), 30)
     assert "ask cycle: a → b → c → a" in reply.text
     assert reply.text.startswith("result: result: result: ")
 
@@ -246,15 +278,17 @@ async def test_direct_cycle_names_both(tmp_path: Path) -> None:
         )  # type: ignore[union-attr]
     )
     hub = build(tmp_path, {"a": a, "b": b})
-    reply = await asyncio.wait_for(hub.personas["a"].handle(user("a", "go")), 5)
+    reply = await asyncio.wait_for(hub.personas["a"].handle(user("a", "go")), 30)
     body = json.loads(reply.text)
     assert body["error"] == "ask_cycle" and "a → b → a" in body["detail"]
 
 
 async def test_queue_cap_for_persona_messages_only(tmp_path: Path) -> None:
     gate = asyncio.Event()
+    in_turn = asyncio.Event()
 
     async def blocked(request: ModelRequest) -> str:
+        in_turn.set()
         await gate.wait()
         return "done"
 
@@ -272,7 +306,7 @@ async def test_queue_cap_for_persona_messages_only(tmp_path: Path) -> None:
         )
 
     await hub.post(from_a(0))  # starts the turn (taken off the queue)
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(in_turn.wait(), 30)
     await hub.post(from_a(1))
     await hub.post(from_a(2))
     with pytest.raises(QueueFullError, match=r"b:inbox:a is full \(2/2"):
@@ -281,9 +315,12 @@ async def test_queue_cap_for_persona_messages_only(tmp_path: Path) -> None:
     for i in range(5):
         b.post(MessageEnvelope(recipient="b", conversation_id="b:inbox:a", text=f"u{i}"))
     gate.set()
-    await asyncio.sleep(0.1)
+    await until(lambda: not b.busy())
     texts = [m.text for m in b.conversation("b:inbox:a").history if isinstance(m, UserMessage)]
-    assert len(texts) == 8  # m0, m1, m2 and the five user messages: nothing dropped
+    # m0, m1, m2 and the five user messages: nothing dropped, m3 refused.
+    assert texts == [f"[message from persona a] m{i}" for i in range(3)] + [
+        f"u{i}" for i in range(5)
+    ]
 
 
 async def test_soft_interrupt_merges_into_one_turn(tmp_path: Path) -> None:
@@ -305,7 +342,7 @@ async def test_soft_interrupt_merges_into_one_turn(tmp_path: Path) -> None:
     await started.wait()
     second = asyncio.create_task(b.handle(user("b", "q2", conv="b:c")))
     third = asyncio.create_task(b.handle(user("b", "q3", conv="b:c")))
-    r1, r2, r3 = await asyncio.wait_for(asyncio.gather(first, second, third), 5)
+    r1, r2, r3 = await asyncio.wait_for(asyncio.gather(first, second, third), 30)
     # The running turn stopped after its tools; one merged turn answered all three.
     assert r1.text == r2.text == r3.text == "answered: q1 + q2 + q3"
     assert r1.turn_id == r2.turn_id == r3.turn_id

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -38,11 +41,39 @@ def spec(command: str, tmp_path: Path, **kw: object) -> StartSpec:
     )
 
 
-def alive(pid: int) -> bool:
+def alive(proc: psutil.Process) -> bool:
+    """Still running (a zombie has exited; a reused pid is another process)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll ``cond`` every 0.05 s until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def tree_of(pid: int) -> list[psutil.Process]:
+    """The live descendants of ``pid`` (empty once it is gone)."""
+    try:
+        return [p for p in psutil.Process(pid).children(recursive=True) if alive(p)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def named(procs: list[psutil.Process], name: str) -> list[psutil.Process]:
+    out: list[psutil.Process] = []
+    for p in procs:
+        try:
+            if p.name() == name:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 # -- buffer -----------------------------------------------------------------
@@ -134,7 +165,7 @@ async def test_parent_secrets_not_inherited(
     monkeypatch.setenv("COTERIE_TEST_SECRET", "leak")
     h = ProcessHandle(spec("env", tmp_path))
     await h.start()
-    await h.wait(10)
+    assert await h.wait(10)
     out = h.read(0).chunk
     assert "leak" not in out and f"HOME={tmp_path}" in out
 
@@ -179,34 +210,41 @@ async def test_int_works_when_the_runtime_ignores_it(tmp_path: Path) -> None:
 
 
 async def test_group_kill_reaches_children(tmp_path: Path) -> None:
-    h = ProcessHandle(spec("sleep 100 & sleep 100", tmp_path))
+    # The sleeps do not hold the output pipe, so only a kill of the group ends them.
+    h = ProcessHandle(spec("sleep 100 >/dev/null 2>&1 & sleep 100 >/dev/null 2>&1", tmp_path))
     await h.start()
-    await asyncio.sleep(0.3)
-    assert h.pid is not None
-    kids = [p.pid for p in psutil.Process(h.pid).children(recursive=True)]
+    shell = h.pid
+    assert shell is not None
+    await until(lambda: len(named(tree_of(shell), "sleep")) == 2, "both sleeps to start")
+    kids = tree_of(shell)
     assert len(kids) == 2
     await h.stop(grace=2)
-    await asyncio.sleep(0.1)
-    assert not h.running and not any(alive(k) for k in kids)
+    assert not h.running
+    await until(lambda: not any(alive(k) for k in kids), "the group's children to die")
 
 
 async def test_term_ignored_is_escalated_to_kill(tmp_path: Path) -> None:
-    h = ProcessHandle(spec("trap '' TERM; sleep 100", tmp_path))
+    h = ProcessHandle(spec("trap '' TERM; sleep 100 >/dev/null 2>&1", tmp_path))
     await h.start()
-    await asyncio.sleep(0.3)
-    assert h.pid is not None
-    kids = [p.pid for p in psutil.Process(h.pid).children(recursive=True)]
+    shell = h.pid
+    assert shell is not None
+    # The shell must have set its trap and started sleep (which inherits the
+    # ignored TERM) before the stop, or there would be nothing to escalate on.
+    await until(lambda: len(named(tree_of(shell), "sleep")) == 1, "the sleep child to start")
+    kids = tree_of(shell)
+    assert [k.name() for k in kids] == ["sleep"]
     started = time.monotonic()
     await h.stop(grace=0.5)
     assert h.finished.is_set() and h.exit_code == -9
     assert time.monotonic() - started < 5
-    assert not any(alive(k) for k in kids)
+    await until(lambda: not any(alive(k) for k in kids), "the TERM-ignoring sleep to die")
 
 
 async def test_timeout_kills(tmp_path: Path) -> None:
-    h = ProcessHandle(spec("echo start; sleep 100", tmp_path, timeout_s=0.3))
+    # Long enough that "start" is printed even on a loaded machine.
+    h = ProcessHandle(spec("echo start; sleep 100", tmp_path, timeout_s=2))
     await h.start()
-    assert await h.wait(5)
+    assert await h.wait(10)
     st = h.read(0)
     assert st.timed_out and st.chunk == "start\n" and st.exit_code == -15
 
@@ -253,15 +291,22 @@ async def test_bwrap_confines(tmp_path: Path, access: str) -> None:
     script = (
         "echo hi > out.txt && echo wrote; "
         f"cat {pdir}/.env || echo noenv; ls {home}/personas/bob || echo nobob; "
-        "ls /tmp | wc -l; echo pid=$$"
+        "echo \"tmp=$(ls -A /tmp | tr '\\n' /)\"; echo pid=$$"
     )
     s = StartSpec(command=script, argv=box.argv(script, ws), cwd=str(ws), env=scrubbed_env(home=ws))
-    h = ProcessHandle(s)
-    await h.start()
-    assert await h.wait(20)
+    # Something in the real /tmp that a private /tmp must not show.
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="coterie-outside-"):
+        h = ProcessHandle(s)
+        await h.start()
+        assert await h.wait(20)
     out = h.read(0).chunk
-    assert "zzz" not in out and "noenv" in out and "bob's" not in out and "nobob" in out
-    assert "pid=2" in out or "pid=1" in out  # its own pid namespace
+    assert h.exit_code == 0
+    lines = out.splitlines()
+    assert "zzz" not in out and "noenv" in lines and "bob's" not in out and "nobob" in lines
+    # A private, empty /tmp: only the path bwrap made to bind the workspace back.
+    entries = [str(ws).split("/")[2]] if str(ws).startswith("/tmp/") else []
+    assert "tmp=" + "".join(f"{e}/" for e in entries) in lines
+    assert re.search(r"^pid=[12]$", out, re.MULTILINE)  # its own pid namespace
     if access == "readonly":
         assert "wrote" not in out and not (ws / "out.txt").exists()
     else:
@@ -277,11 +322,15 @@ async def test_bwrap_group_kill(tmp_path: Path) -> None:
         StartSpec(command=cmd, argv=box.argv(cmd, ws), cwd=str(ws), env=scrubbed_env(home=ws))
     )
     await h.start()
-    await asyncio.sleep(0.5)
-    assert h.pid is not None
-    tree = [p.pid for p in psutil.Process(h.pid).children(recursive=True)]
-    assert tree
-    await h.stop(grace=0.5)
-    await asyncio.sleep(0.2)
-    assert not any(alive(p) for p in tree)
-    assert os.getpgid(os.getpid()) != h.pid
+    leader = h.pid
+    assert leader is not None
+    # bwrap, its pid-namespace init, the shell and both sleeps.
+    await until(lambda: len(named(tree_of(leader), "sleep")) == 2, "both sleeps to start")
+    tree = tree_of(leader)
+    assert len(named(tree, "sleep")) == 2
+    # The command leads its own group, and everything in the sandbox is in it.
+    assert os.getpgid(leader) == leader != os.getpgid(os.getpid())
+    assert all(os.getpgid(p.pid) == leader for p in tree)
+    await h.stop(grace=0.5)  # bwrap dies of the TERM; the sleeps ignore it
+    assert not h.running
+    await until(lambda: not any(alive(p) for p in tree), "the sandboxed group to die")

@@ -22,6 +22,7 @@ from runtime.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from runtime.models import _retry
 from runtime.models.openai_chat import OpenAIChatModel
 from runtime.testing import FakeOpenAIServer
 
@@ -52,6 +53,21 @@ def make_model(base_url: str, *, api_key: str | None = KEY, **config: Any) -> Op
 
 def ask(text: str = "hello", **kw: Any) -> ModelRequest:
     return ModelRequest(system="You are terse.", messages=[UserMessage(text=text)], **kw)
+
+
+@pytest.fixture
+def delays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The delays the retry policy chose before each retry, in order."""
+    chosen: list[float] = []
+    real = _retry.backoff_delay
+
+    def recording(attempt: int, **kw: Any) -> float:
+        delay = real(attempt, **kw)
+        chosen.append(delay)
+        return delay
+
+    monkeypatch.setattr(_retry, "backoff_delay", recording)
+    return chosen
 
 
 async def test_plain_text_reply(srv: FakeOpenAIServer) -> None:
@@ -196,30 +212,34 @@ async def test_429_then_success_is_retried(srv: FakeOpenAIServer) -> None:
     assert srv.requests[0] == srv.requests[1]
 
 
-async def test_retry_after_header_is_honoured(srv: FakeOpenAIServer) -> None:
+async def test_retry_after_header_is_honoured(srv: FakeOpenAIServer, delays: list[float]) -> None:
     srv.enqueue_error(429, headers={"retry-after": "0.3"})
     srv.enqueue_text("ok")
     cfg = make_model(srv.base_url).config.model_copy(update={"max_retries": 1})
     model = OpenAIChatModel(cfg, api_key=KEY, retry_base_delay=0.001, retry_max_delay=1.0)
     start = time.monotonic()
     try:
-        await model.request(ask())
+        resp = await model.request(ask())
     finally:
         await model.aclose()
+    assert resp.message.text == "ok" and len(srv.requests) == 2
+    # The server's 0.3 s, not the 0.001 s backoff; and it was slept (a lower bound).
+    assert delays == [0.3]
     assert time.monotonic() - start >= 0.25
 
 
-async def test_retry_after_is_capped_by_max_delay(srv: FakeOpenAIServer) -> None:
+async def test_retry_after_is_capped_by_max_delay(
+    srv: FakeOpenAIServer, delays: list[float]
+) -> None:
     srv.enqueue_error(503, headers={"retry-after": "30"})
     srv.enqueue_text("ok")
-    model = make_model(srv.base_url, max_retries=1)
-    start = time.monotonic()
+    model = make_model(srv.base_url, max_retries=1)  # retry_max_delay=0.05
     try:
         resp = await model.request(ask())
     finally:
         await model.aclose()
-    assert resp.message.text == "ok"
-    assert time.monotonic() - start < 1.0
+    assert resp.message.text == "ok" and len(srv.requests) == 2
+    assert delays == [0.05]  # the cap, not the server's 30 s
 
 
 async def test_500_twice_then_success(srv: FakeOpenAIServer) -> None:
@@ -266,7 +286,7 @@ async def test_exhausted_retries_raise_model_http_error(srv: FakeOpenAIServer) -
 
 
 async def test_timeout_raises_model_timeout_error() -> None:
-    async with FakeOpenAIServer(latency=1.0) as srv:
+    async with FakeOpenAIServer(latency=10.0) as srv:
         model = make_model(srv.base_url, timeout=0.2, max_retries=0)
         try:
             with pytest.raises(ModelTimeoutError, match=r"0\.2s"):
@@ -277,9 +297,10 @@ async def test_timeout_raises_model_timeout_error() -> None:
 
 
 async def test_timeout_is_retried(srv: FakeOpenAIServer) -> None:
-    srv.enqueue_text("slow", latency=1.0)
+    srv.enqueue_text("slow", latency=10.0)
     srv.enqueue_text("fast")
-    model = make_model(srv.base_url, timeout=0.2, max_retries=1)
+    # 0.5 s is far beyond a local round trip: only the slow reply times out.
+    model = make_model(srv.base_url, timeout=0.5, max_retries=1)
     try:
         resp = await model.request(ask())
     finally:

@@ -4,6 +4,7 @@ caller-side directory, the idle watcher and transient retries."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +92,15 @@ def home(tmp_path: Path) -> Path:
     return tmp_path
 
 
+async def until(condition: Callable[[], bool], deadline: float = 10.0) -> None:
+    """Yield to the loop until ``condition()`` holds (fails after ``deadline`` s)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not condition():
+        assert loop.time() < end, "condition not reached in time"
+        await asyncio.sleep(0.001)
+
+
 def router(home: Path, **kw: Any) -> tuple[Router[Handle], FakeHost]:
     host = FakeHost()
     kw.setdefault("idle_timeout", 10.0)
@@ -136,7 +146,7 @@ async def test_concurrent_resolves_start_one_actor(home: Path) -> None:
     r, host = router(home)
     host.gate = asyncio.Event()
     waiters = [asyncio.ensure_future(r.resolve("ana")) for _ in range(5)]
-    await asyncio.sleep(0.01)
+    await until(lambda: host.started == ["ana"])  # the start is waiting on the gate
     assert r.activating("ana")
     host.gate.set()
     handles = await asyncio.gather(*waiters)
@@ -153,7 +163,7 @@ async def test_a_waiter_that_gives_up_does_not_cancel_the_start(home: Path) -> N
     host.gate = asyncio.Event()
     first = asyncio.ensure_future(r.resolve("ana"))
     second = asyncio.ensure_future(r.resolve("ana"))
-    await asyncio.sleep(0.01)
+    await until(lambda: host.started == ["ana"])  # both wait on the gated start
     first.cancel()
     host.gate.set()
     handle = await second
@@ -179,10 +189,10 @@ async def test_a_failed_start_reaches_every_waiter_and_the_next_resolve_retries(
     host.gate = asyncio.Event()
     host.fail_next = RuntimeError("no worker")
     waiters = [asyncio.ensure_future(r.resolve("ana")) for _ in range(3)]
-    await asyncio.sleep(0.01)
+    await until(lambda: host.started == ["ana"])
     host.gate.set()
     results = await asyncio.gather(*waiters, return_exceptions=True)
-    assert all(isinstance(x, RuntimeError) for x in results)
+    assert [(type(x), str(x)) for x in results] == [(RuntimeError, "no worker")] * 3
     assert not r.activating("ana") and r.active() == []
     handle = await r.resolve("ana")
     assert host.started == ["ana", "ana"] and handle.alive
@@ -327,16 +337,22 @@ async def test_directory_resends_after_a_passivation(home: Path) -> None:
     assert await r.passivate("ana")
     assert (await d.ask(envelope("later"), timeout=5)).text == "ana got later"
     assert host.started == ["ana", "ana"]
+    # Each refused or lost delivery was sent once more, to the new handle.
+    assert link.calls == [("ana#1", "handle")] * 4 + [("ana#2", "handle")]
 
 
 async def test_directory_reports_a_persona_that_died_with_the_message(home: Path) -> None:
-    r, _ = router(home)
+    r, host = router(home)
     link = FakeLink(r)
     d: Directory[Handle] = Directory(link, sleep=no_sleep)
     await d.ask(envelope(), timeout=5)
     link.refuse = [ActorLostError("killed mid-turn")]
     with pytest.raises(DeliveryError, match="died while handling the message"):
         await d.ask(envelope("doomed"), timeout=5)
+    # Not resent: it may have run (part of) the turn, and no new actor started.
+    assert link.calls == [("ana#1", "handle")] * 2
+    assert host.started == ["ana"]
+    assert link.refuse == []
 
 
 async def test_directory_gives_up_on_a_persona_that_keeps_passivating(home: Path) -> None:
@@ -346,6 +362,10 @@ async def test_directory_gives_up_on_a_persona_that_keeps_passivating(home: Path
     link.refuse = [PersonaPassivatedError("closing")] * 3
     with pytest.raises(PersonaPassivatedError):
         await d.post(envelope())
+    # Three attempts, each after resolving the persona again; every refusal used.
+    assert link.calls == [("ana#1", "post")] * 3
+    assert link.resolves == 3
+    assert link.refuse == []
 
 
 async def test_directory_waits_out_a_router_restart_then_gives_up(home: Path) -> None:
@@ -364,7 +384,8 @@ async def test_directory_waits_out_a_router_restart_then_gives_up(home: Path) ->
     d.forget("ana")
     with pytest.raises(DeliveryError, match="the router is unavailable"):
         await d.ask(envelope(), timeout=5)
-    assert sum(slept) >= 2.0
+    # Doubling from 0.05 s again, capped at 1 s, until 2 s were waited.
+    assert slept[4:] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
 
 
 async def test_directory_handle_cache_is_bounded(home: Path) -> None:
@@ -413,6 +434,10 @@ async def test_idle_watcher_asks_once_idle_and_survives_failures() -> None:
 
 async def test_retry_transient_retries_only_what_is_transient() -> None:
     attempts: list[int] = []
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
 
     async def flaky() -> str:
         attempts.append(1)
@@ -420,20 +445,28 @@ async def test_retry_transient_retries_only_what_is_transient() -> None:
             raise ConnectionError("not yet")
         return "done"
 
-    assert await retry_transient(flaky, transient=(ConnectionError,), sleep=no_sleep) == "done"
+    assert await retry_transient(flaky, transient=(ConnectionError,), sleep=sleep) == "done"
     assert len(attempts) == 3
+    assert slept == [0.1, 0.2]  # a doubling delay before each retry
+
+    broken_calls: list[int] = []
 
     async def broken() -> str:
+        broken_calls.append(1)
         raise ValueError("a bug")
 
-    with pytest.raises(ValueError):
-        await retry_transient(broken, transient=(ConnectionError,), sleep=no_sleep)
+    slept.clear()
+    with pytest.raises(ValueError, match="a bug"):
+        await retry_transient(broken, transient=(ConnectionError,), sleep=sleep)
+    assert len(broken_calls) == 1  # not transient: never called again
+    assert slept == []
     attempts.clear()
 
     async def never() -> str:
         attempts.append(1)
         raise ConnectionError("down")
 
-    with pytest.raises(ConnectionError):
-        await retry_transient(never, transient=(ConnectionError,), attempts=4, sleep=no_sleep)
+    with pytest.raises(ConnectionError, match="down"):
+        await retry_transient(never, transient=(ConnectionError,), attempts=4, sleep=sleep)
     assert len(attempts) == 4
+    assert slept == [0.1, 0.2, 0.4]  # none after the last attempt

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,15 +51,42 @@ async def boom(args: NoArgs, ctx: TurnContext) -> str:
     raise ValueError("the widget is broken")
 
 
-@tool(name="stubborn", timeout=0.2)
-async def stubborn(args: NoArgs, ctx: TurnContext) -> str:
-    """Ignores cancellation."""
-    for _ in range(20):
+class Stubborn:
+    """What a stubborn tool reports, and the event that finally lets it stop."""
+
+    def __init__(self) -> None:
+        self.running = False
+        self.cancellations = 0
+        self.release = asyncio.Event()
+
+
+def stubborn_tool(state: Stubborn) -> ToolSpec:
+    """A tool that ignores cancellation until ``state.release`` is set."""
+
+    @tool(name="stubborn", timeout=0.2)
+    async def stubborn(args: NoArgs, ctx: TurnContext) -> str:
+        """Ignores cancellation."""
+        state.running = True
         try:
-            await asyncio.sleep(0.05)
-        except asyncio.CancelledError:
-            continue
-    return "finally"
+            while not state.release.is_set():
+                try:
+                    await state.release.wait()
+                except asyncio.CancelledError:
+                    state.cancellations += 1
+            return "released"
+        finally:
+            state.running = False
+
+    return stubborn
+
+
+async def until(condition: Callable[[], bool], deadline: float = 10.0) -> None:
+    """Yield to the loop until ``condition()`` holds (fails after ``deadline`` s)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not condition():
+        assert loop.time() < end, "condition not reached in time"
+        await asyncio.sleep(0.005)
 
 
 @tool(name="flood")
@@ -74,7 +101,7 @@ async def structured(args: NoArgs, ctx: TurnContext) -> dict[str, int]:
     return {"a": 1}
 
 
-TOOLS: dict[str, ToolSpec] = {s.name: s for s in [echo, sleepy, boom, stubborn, flood, structured]}
+TOOLS: dict[str, ToolSpec] = {s.name: s for s in [echo, sleepy, boom, flood, structured]}
 
 
 def call(name: str, arguments: dict[str, object] | str | None = None, cid: str = "") -> ToolCall:
@@ -164,23 +191,40 @@ async def test_crash_is_readable() -> None:
 
 
 async def test_timeout_and_hang_never_wedge() -> None:
-    started = time.perf_counter()
-    outcomes = await ToolRunner().run_calls(
-        [call("sleepy", {"seconds": 30}), call("stubborn"), call("echo", {"text": "ok"})],
-        make_ctx(),
-        TOOLS,
-    )
-    # Far below the 30 s a wedged call would take.
-    assert time.perf_counter() - started < 5.0
-    assert [o.error_kind for o in outcomes] == ["timeout", "timeout", None]
-    assert "within 0.2 s" in json.loads(outcomes[0].content)["detail"]
+    state = Stubborn()
+    tools = {**TOOLS, "stubborn": stubborn_tool(state)}
+    # A runner that waited for the cancelled stubborn call would hang: the
+    # watchdog lets it go after a while, so that such a runner fails below
+    # instead of wedging the test.
+    watchdog = asyncio.get_running_loop().call_later(10, state.release.set)
+    try:
+        outcomes = await ToolRunner().run_calls(
+            [call("sleepy", {"seconds": 30}), call("stubborn"), call("echo", {"text": "ok"})],
+            make_ctx(),
+            tools,
+        )
+        # The runner answered while the stubborn call was still running.
+        assert state.running and not state.release.is_set()
+        assert [o.error_kind for o in outcomes] == ["timeout", "timeout", None]
+        assert json.loads(outcomes[0].content)["detail"] == "sleepy did not finish within 0.2 s"
+        assert json.loads(outcomes[1].content)["detail"] == "stubborn did not finish within 0.2 s"
+        assert outcomes[2].content == "ok"
+        # It was cancelled, swallowed the cancellation and kept running.
+        await until(lambda: state.cancellations >= 1)
+        assert state.running
+    finally:
+        watchdog.cancel()
+        state.release.set()
+    await until(lambda: not state.running)
 
 
 async def test_persona_timeout_overrides_tool_timeout() -> None:
     [o] = await ToolRunner(timeout=0.05).run_calls(
-        [call("sleepy", {"seconds": 0.15})], make_ctx(), TOOLS
+        [call("sleepy", {"seconds": 30})], make_ctx(), TOOLS
     )
     assert o.error_kind == "timeout"
+    # The persona's 0.05 s, not the tool's own 0.2 s.
+    assert json.loads(o.content)["detail"] == "sleepy did not finish within 0.05 s"
 
 
 async def test_output_cap_keeps_head_and_tail_and_spills(tmp_path: Path) -> None:

@@ -43,15 +43,31 @@ def ctx_for(tmp_path: Path, svc: Any) -> TurnContext:
     )
 
 
+async def read_until(ctx: TurnContext, pid: str, expected: str, since: int | None = None) -> Any:
+    """``process action=read`` every 0.05 s until the output is ``expected``."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        out = await process.fn(ProcessArgs(action="read", id=pid, since=since), ctx)
+        if out["chunk"] == expected:
+            return out
+        assert expected.startswith(out["chunk"]), f"unexpected output {out['chunk']!r}"
+        assert time.monotonic() < deadline, f"timed out waiting for {expected!r}"
+        await asyncio.sleep(0.05)
+
+
 async def test_sync_and_auto_background_without_rerun(
     tmp_path: Path, service: ShellProcesses
 ) -> None:
     ctx = ctx_for(tmp_path, service)
+    assert ctx.workspace is not None
     assert await shell_exec.fn(ShellExecArgs(command="echo hi"), ctx) == "exit=0\nhi\n"
-    res = await shell_exec.fn(
-        ShellExecArgs(command="echo once >> runs.txt; echo a; sleep 2; echo b", yield_ms=500), ctx
-    )
-    assert res["backgrounded"] and res["output_so_far"] == "a\n"
+    # It runs until the test creates "go", so it is surely still running after the yield.
+    command = "echo once >> runs.txt; echo a; until [ -e go ]; do sleep 0.05; done; echo b"
+    res = await shell_exec.fn(ShellExecArgs(command=command, yield_ms=500), ctx)
+    assert res["backgrounded"] and res["reason"] == "still running after 500ms"
+    assert "a\n".startswith(res["output_so_far"])
+    await read_until(ctx, res["id"], "a\n")
+    (ctx.workspace / "go").touch()
     assert await service.wait(res["id"], 15)
     read = await process.fn(ProcessArgs(action="read", id=res["id"], since=2), ctx)
     assert read["chunk"] == "b\n" and read["next_offset"] == 4 and read["exit_code"] == 0
@@ -67,9 +83,8 @@ async def test_stdin_offsets_list_remove_cancel(tmp_path: Path, service: ShellPr
     pid = res["id"]
     await process.fn(ProcessArgs(action="write", id=pid, data="one"), ctx)
     await process.fn(ProcessArgs(action="write", id=pid, data="two"), ctx)
-    await asyncio.sleep(0.5)
-    first = await process.fn(ProcessArgs(action="read", id=pid), ctx)
-    assert first["chunk"] == "got:one\ngot:two\n" and first["next_offset"] == 16
+    first = await read_until(ctx, pid, "got:one\ngot:two\n")
+    assert first["next_offset"] == 16
     later = await process.fn(ProcessArgs(action="read", id=pid, since=8), ctx)
     assert later["chunk"] == "got:two\n"
 
@@ -78,10 +93,13 @@ async def test_stdin_offsets_list_remove_cancel(tmp_path: Path, service: ShellPr
     )
     listed = (await process.fn(ProcessArgs(action="list"), ctx))["processes"]
     assert {p["id"] for p in listed} == {pid, res2["id"]}
-    shell_pid = listed[1]["pid"]
-    # The shell is a child of its ShellProcess actor's worker process.
+    (shell_pid,) = [p["pid"] for p in listed if p["id"] == res2["id"]]
+    # The shell is a child of its ShellProcess actor's worker process, a Ray
+    # worker: its parent is the node's raylet (not this test's process).
     worker = psutil.Process(shell_pid).parent()
     assert worker is not None and worker.pid != os.getpid()
+    raylet = worker.parent()
+    assert raylet is not None and raylet.name() == "raylet"
     cancelled = await task_cancel.fn(TaskIdArgs(id=res2["id"]), ctx)
     assert cancelled == {"cancelled": res2["id"], "exit_code": -9}
     assert not psutil.pid_exists(shell_pid) or psutil.Process(shell_pid).status() == "zombie"

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import re
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from runtime.context import Services, TurnContext
 from runtime.errors import ToolError
 from runtime.messages import MessageEnvelope
-from runtime.shell import LocalProcesses, bwrap_available
+from runtime.shell import SAFE_PATH, LocalProcesses, bwrap_available
 from runtime.tool import ToolRegistry
 from tests.helpers import make_ctx
 from tools.shell import (
@@ -70,6 +73,41 @@ async def proc(ctx: TurnContext, **args: Any) -> Any:
     return await process.fn(ProcessArgs(**args), ctx)
 
 
+async def until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll ``cond`` every 0.05 s until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def read_until(ctx: TurnContext, pid: str, expected: str, since: int | None = None) -> Any:
+    """``process action=read`` until the output is ``expected`` (failing on anything else)."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        out = await proc(ctx, action="read", id=pid, since=since)
+        if out["chunk"] == expected:
+            return out
+        assert expected.startswith(out["chunk"]), f"unexpected output {out['chunk']!r}"
+        assert time.monotonic() < deadline, f"timed out waiting for {expected!r}"
+        await asyncio.sleep(0.05)
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def ignores_term(pid: int) -> bool:
+    """Whether the process ignores SIGTERM (its SigIgn mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (15 - 1)))
+    raise AssertionError("no SigIgn line")
+
+
 async def test_sync_exit_and_output(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
     out = await run(ctx, command="echo hi; pwd; echo oops >&2; exit 4")
@@ -79,13 +117,20 @@ async def test_sync_exit_and_output(tmp_path: Path, service: LocalProcesses) -> 
 
 async def test_auto_background_does_not_rerun(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
-    res = await run(
-        ctx, command="echo once >> runs.txt; echo started; sleep 1; echo end", yield_ms=200
-    )
+    assert ctx.workspace is not None
+    # It runs until the test creates "go", so it is surely still running after the yield.
+    command = "echo once >> runs.txt; echo started; until [ -e go ]; do sleep 0.05; done; echo end"
+    res = await run(ctx, command=command, yield_ms=200)
     assert res["backgrounded"] and res["running"] and res["id"].startswith("bg_")
-    assert res["output_so_far"] == "started\n" and res["next_offset"] == 8
+    assert res["reason"] == "still running after 200ms"
+    # Whatever had arrived within the yield, and its end offset.
+    so_far = res["output_so_far"]
+    assert "started\n".startswith(so_far) and res["next_offset"] == len(so_far)
+    first = await read_until(ctx, res["id"], "started\n")
+    assert first["running"] and first["next_offset"] == 8
+    (ctx.workspace / "go").touch()
     assert await service.wait(res["id"], 10)
-    more = await proc(ctx, action="read", id=res["id"], since=res["next_offset"])
+    more = await proc(ctx, action="read", id=res["id"], since=8)
     assert more["chunk"] == "end\n" and more["exit_code"] == 0 and more["dropped_bytes"] == 0
     assert (ctx.workspace / "runs.txt").read_text() == "once\n"  # type: ignore[operator]
 
@@ -95,8 +140,7 @@ async def test_background_stdin_signal_list_remove(tmp_path: Path, service: Loca
     res = await run(ctx, command="while read l; do echo got:$l; done", background=True)
     pid = res["id"]
     assert (await proc(ctx, action="write", id=pid, data="a"))["written_bytes"] == 2
-    await asyncio.sleep(0.3)
-    assert (await proc(ctx, action="read", id=pid))["chunk"] == "got:a\n"
+    await read_until(ctx, pid, "got:a\n")
     listed = (await proc(ctx, action="list"))["processes"]
     assert [p["id"] for p in listed] == [pid]
     st = await task_status.fn(TaskIdArgs(id=pid), ctx)
@@ -115,16 +159,33 @@ async def test_background_stdin_signal_list_remove(tmp_path: Path, service: Loca
 
 async def test_task_cancel_stops_group(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
-    res = await run(ctx, command="trap '' TERM; sleep 100 & sleep 100", yield_ms=100)
-    out = await task_cancel.fn(TaskIdArgs(id=res["id"]), ctx)
-    assert out["cancelled"] == res["id"] and out["exit_code"] == -9
-    assert await service.list() == []
+    assert ctx.workspace is not None
+    pidfile = ctx.workspace / "bg.pid"
+    # The child ignores TERM and does not hold the output pipe: only a kill of
+    # the whole group ends it.
+    command = "trap '' TERM; sleep 100 >/dev/null 2>&1 & echo $! > bg.pid; wait"
+    res = await run(ctx, command=command, background=True)
+    await until(lambda: pidfile.exists() and pidfile.read_text().endswith("\n"), "bg.pid")
+    child = psutil.Process(int(pidfile.read_text()))
+    try:
+        await until(lambda: child.name() == "sleep", "the background sleep to start")
+        # The premise: a child that outlives a TERM, not the shell's direct target.
+        shell = (await service.status(res["id"])).pid
+        assert child.ppid() == shell and ignores_term(child.pid)
+        out = await task_cancel.fn(TaskIdArgs(id=res["id"]), ctx)
+        assert out == {"cancelled": res["id"], "exit_code": -9}
+        assert await service.list() == []
+        await until(lambda: not alive(child), "the background child to be killed")
+    finally:
+        if alive(child):
+            child.kill()
 
 
 async def test_timeout(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
-    out = await run(ctx, command="echo a; sleep 50", timeout_s=0.3)
-    assert out.startswith("exit=-15 (killed: timed out") and out.endswith("\na\n")
+    # Long enough that "a" is printed even on a loaded machine.
+    out = await run(ctx, command="echo a; sleep 50", timeout_s=2)
+    assert re.fullmatch(r"exit=-15 \(killed: timed out after [0-9.]+s\)\na\n", out), out
 
 
 async def test_env_and_secrets(tmp_path: Path, service: LocalProcesses) -> None:
@@ -133,12 +194,12 @@ async def test_env_and_secrets(tmp_path: Path, service: LocalProcesses) -> None:
     (ctx.persona_dir / ".env").write_text("API_KEY=sk-very-secret\nOTHER=o\n", encoding="utf-8")
     out = await run(
         ctx,
-        command='echo "k=$API_KEY o=${OTHER:-unset} x=$X p=$PATH"',
+        command='echo "k=$API_KEY o=${OTHER:-unset} x=$X l=${LD_PRELOAD:-unset} p=$PATH"',
         secrets=["API_KEY"],
         env={"X": "1", "PATH": "/evil", "LD_PRELOAD": "/evil.so"},
     )
     assert "sk-very-secret" not in out
-    assert "k=[redacted:API_KEY] o=unset x=1 p=/usr/local/sbin" in out
+    assert out == f"exit=0\nk=[redacted:API_KEY] o=unset x=1 l=unset p={SAFE_PATH}\n"
     with pytest.raises(ToolError) as err:
         await run(ctx, command="true", secrets=["API_KEY", "MISSING_ONE"])
     assert err.value.kind == "missing_secret" and "MISSING_ONE" in err.value.detail
@@ -159,10 +220,7 @@ async def test_notify_posts_wake(tmp_path: Path, service: LocalProcesses) -> Non
     messenger = FakeMessenger()
     ctx = ctx_for(tmp_path, service, messenger=messenger)
     res = await run(ctx, command="sleep 0.3; echo finished-ok", yield_ms=0, notify=True)
-    for _ in range(50):
-        if messenger.posted:
-            break
-        await asyncio.sleep(0.1)
+    await until(lambda: bool(messenger.posted), "the wake message")
     (env,) = messenger.posted
     assert env.recipient == "ana" and env.sender == "process" and env.source_kind == "wake"
     assert env.reply_mode == "none" and env.conversation_id == ctx.conversation_id
@@ -182,10 +240,33 @@ def test_readonly_hidden_without_bwrap(tmp_path: Path) -> None:
     assert visible(ctx_for(tmp_path, None, "full")) == set()
 
 
-def test_results_are_json_serialisable() -> None:
+async def test_results_are_json_serialisable(tmp_path: Path, service: LocalProcesses) -> None:
     assert json.loads(ShellExecArgs(command="x").model_dump_json())["yield_ms"] == 5000
     with pytest.raises(ValueError):
         ShellExecArgs(command="x", shell=True)  # type: ignore[call-arg]
+
+    ctx = ctx_for(tmp_path, service)
+    results: list[Any] = [await run(ctx, command="echo done")]
+    started = await run(ctx, command="while read l; do echo got:$l; done", background=True)
+    pid = started["id"]
+    results.append(started)
+    results.append(await proc(ctx, action="write", id=pid, data="x"))
+    results.append(await read_until(ctx, pid, "got:x\n"))
+    results.append(await proc(ctx, action="status", id=pid))
+    listed = await proc(ctx, action="list")
+    assert [p["id"] for p in listed["processes"]] == [pid]
+    results.append(listed)
+    status = await task_status.fn(TaskIdArgs(id=pid), ctx)
+    assert status["id"] == pid and status["output_tail"] == "got:x\n"
+    results.append(status)
+    results.append(await proc(ctx, action="signal", id=pid, signal="term"))
+    assert await service.wait(pid, 10)
+    results.append(await proc(ctx, action="remove", id=pid))
+    other = await run(ctx, command="sleep 100", background=True)
+    results.append(await task_cancel.fn(TaskIdArgs(id=other["id"]), ctx))
+    for result in results:
+        # Plain JSON types only: serialisable, and unchanged by the round trip.
+        assert json.loads(json.dumps(result)) == result
 
 
 @pytest.mark.skipif(bwrap_available() is None, reason="bubblewrap is not installed")
@@ -194,10 +275,26 @@ async def test_readonly_with_bwrap_cannot_write(tmp_path: Path) -> None:
     try:
         ctx = ctx_for(tmp_path, svc, "readonly")
         assert ctx.persona_dir is not None
+        assert ctx.workspace is not None
         (ctx.persona_dir / ".env").write_text("T=abc\n", encoding="utf-8")
-        out = await run(ctx, command="echo x > f.txt; echo rc=$?; cat ../.env; ls")
-        assert "rc=1" in out or "rc=2" in out
-        assert "T=abc" not in out
+        probe = (
+            "echo x > f.txt; echo rc=$?; "
+            "if cat ../.env 2>/dev/null; then echo env=readable; else echo env=hidden; fi; ls -A"
+        )
+        out = await run(ctx, command=probe)
+        # The write fails because the workspace is mounted read-only (EROFS),
+        # the persona's .env cannot be read, and the workspace stays empty.
+        pattern = r"exit=0\n[^\n]*f\.txt: Read-only file system\nrc=[12]\nenv=hidden\n"
+        assert re.fullmatch(pattern, out), out
+        assert "T=abc" not in out and not (ctx.workspace / "f.txt").exists()
+        # The same probe, unconfined, does see both (so the markers mean something).
+        loose = LocalProcesses(bwrap=None)
+        try:
+            free = await run(ctx_for(tmp_path, loose, "workspace"), command=probe)
+        finally:
+            await loose.close()
+        assert free == "exit=0\nrc=0\nT=abc\nenv=readable\nf.txt\n"
+        (ctx.workspace / "f.txt").unlink()
         ctx2 = ctx_for(tmp_path, svc, "workspace")
         assert (await run(ctx2, command="echo x > f.txt && cat f.txt")) == "exit=0\nx\n"
     finally:

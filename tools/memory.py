@@ -7,6 +7,7 @@ memories. The tools hide themselves when the runtime has no memory store.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Literal
 
@@ -155,9 +156,11 @@ async def knowledge_ingest(args: IngestArgs, ctx: TurnContext) -> str:
     manuals, articles — not chat snippets). It is split into ~3000-character
     chunks; ingesting the same source again replaces it."""
     if args.path is not None:
-        from runtime.memory.documents import read_document
+        from runtime.memory import documents
 
-        text = read_document(workspace_path(ctx, args.path))
+        # Reading (a PDF above all) takes a while: off the loop, so that other
+        # conversations' turns go on meanwhile.
+        text = await asyncio.to_thread(documents.read_document, workspace_path(ctx, args.path))
     else:
         text = args.text or ""
     result = await _memory(ctx).ingest(source=args.source.strip(), text=text)

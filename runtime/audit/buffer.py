@@ -35,7 +35,7 @@ class AuditBuffer:
     """Buffers a persona's audit rows and sends them in batches.
 
     ``send`` is an async callable taking a list of rows (e.g. a call to
-    ``AuditLogActor.append``). Rows are sent in recording order. A batch whose
+    ``AuditLog.append``). Rows are sent in recording order. A batch whose
     send raised goes back to the front of the buffer and is retried by the next
     flush, through ``replay`` (the receiver may have taken it before failing).
     Only when more than ``max_pending`` rows are waiting are the oldest dropped,
@@ -43,7 +43,7 @@ class AuditBuffer:
 
     ``replay`` (default: ``send``) sends rows that may have reached the receiver
     already, and should skip those whose ``id`` it has
-    (``AuditLogActor.append(rows, replayed=True)``); only such rows take it.
+    (``AuditLog.append(rows, replayed=True)``); only such rows take it.
 
     With ``spool_path``, :meth:`record` also appends each row to that file
     (flushed to the OS, not fsynced: it survives the process being killed, not

@@ -79,7 +79,7 @@ def read_only_query(path: str | Path, sql: str) -> QueryResult:
     """Query an audit file directly, for when no runtime has it open.
 
     Only SELECT and EXPLAIN statements are admitted. A running runtime holds
-    the file's write lock; query through it (``AuditLogActor.query``) instead.
+    the file's write lock; query through it (``AuditLog.query`` on the actor) instead.
     """
     import duckdb
 

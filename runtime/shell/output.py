@@ -55,9 +55,6 @@ class OutputBuffer:
         pos = min(pos, self.end)
         return bytes(self._data[pos - self._start :]), self.end, dropped
 
-    def tail(self, n: int) -> bytes:
-        return bytes(self._data[-n:]) if n > 0 else b""
-
 
 class Redactor:
     """Replaces secret values in a byte stream, even when split across chunks.
