@@ -14,8 +14,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors._ray import remote
 from runtime.errors import ActorLostError, ToolError
-from runtime.shell import ProcessOutput, ProcessSlot, ProcessStatus, ProcessTable, SignalResult
-from runtime.shell.handle import StartSpec
+from runtime.shell import (
+    ProcessOutput,
+    ProcessSlot,
+    ProcessStatus,
+    ProcessTable,
+    SignalResult,
+    StartSpec,
+)
 
 
 class ShellProcessActor(ProcessSlot):

@@ -13,14 +13,15 @@ problems the model should read raise :class:`~runtime.errors.ToolError`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runtime.config import AccessLevel
 from runtime.memory.records import IngestResult, MemoryRow, RecallHit, Source, UserModelRow
 from runtime.messages import MessageEnvelope, ReplyEnvelope, TurnEvent
-from runtime.shell.handle import StartSpec
-from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult
-from runtime.shell.sandbox import Sandbox
+from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
+
+if TYPE_CHECKING:
+    from runtime.shell.sandbox import Sandbox
 
 
 class AuditSink(Protocol):

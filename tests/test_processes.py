@@ -185,9 +185,29 @@ async def test_exit_code_merged_output_and_stdin(tmp_path: Path) -> None:
         await h.write(b"late\n")
 
 
+def running_sleep(h: ProcessHandle) -> Callable[[], bool]:
+    """Whether ``sh -c "sleep …"`` has become (or started) its ``sleep``.
+
+    A signal sent while the shell is still starting can be held back from the
+    command it then runs; tests that signal the command wait for it first.
+    """
+
+    def check() -> bool:
+        if h.pid is None:
+            return False
+        try:
+            me = psutil.Process(h.pid)
+            return me.name() == "sleep" or bool(named(tree_of(h.pid), "sleep"))
+        except psutil.NoSuchProcess:
+            return False
+
+    return check
+
+
 async def test_signals_allowlist(tmp_path: Path) -> None:
     h = ProcessHandle(spec("sleep 30", tmp_path))
     await h.start()
+    await until(running_sleep(h), "the sleep to start")
     with pytest.raises(ToolError) as err:
         h.signal("stop")
     assert err.value.kind == "invalid_arguments"
@@ -206,7 +226,8 @@ async def test_int_works_when_the_runtime_ignores_it(tmp_path: Path) -> None:
         await h.start()
     finally:
         signal.signal(signal.SIGINT, old)
-    assert h.signal("int") and await h.wait(5)
+    await until(running_sleep(h), "the sleep to start")
+    assert h.signal("int") and await h.wait(15)
 
 
 async def test_group_kill_reaches_children(tmp_path: Path) -> None:

@@ -7,12 +7,11 @@ import os
 import secrets as _secrets
 import signal as _signal
 import time
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from runtime.errors import ToolError
-from runtime.shell.output import DEFAULT_BUFFER_BYTES, OutputBuffer, Redactor
-from runtime.shell.records import ProcessOutput, ProcessStatus
+from runtime.shell.output import OutputBuffer, Redactor
+from runtime.shell.records import ProcessOutput, ProcessStatus, StartSpec
 
 KILL_GRACE_S = 2.0
 
@@ -23,19 +22,6 @@ SIGNALS: dict[str, int] = {
     "int": _signal.SIGINT,
     "hup": _signal.SIGHUP,
 }
-
-
-@dataclass
-class StartSpec:
-    """Everything needed to start one command (crosses actor boundaries)."""
-
-    command: str
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    secrets: dict[str, str] = field(default_factory=dict)
-    timeout_s: float | None = None
-    buffer_bytes: int = DEFAULT_BUFFER_BYTES
 
 
 def new_process_id() -> str:
@@ -203,6 +189,5 @@ __all__ = [
     "SIGNALS",
     "ProcessHandle",
     "SignalName",
-    "StartSpec",
     "new_process_id",
 ]

@@ -1,8 +1,26 @@
-"""What a process service answers: typed, so callers never index raw dicts."""
+"""What crosses a process service: the command to start, and typed answers,
+so that callers never index raw dicts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from pydantic import BaseModel, ConfigDict
+
+from runtime.shell.output import DEFAULT_BUFFER_BYTES
+
+
+@dataclass
+class StartSpec:
+    """Everything needed to start one command (crosses actor boundaries)."""
+
+    command: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    secrets: dict[str, str] = field(default_factory=dict)
+    timeout_s: float | None = None
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES
 
 
 class ProcessStatus(BaseModel):
@@ -41,4 +59,4 @@ class SignalResult(ProcessStatus):
     delivered: bool
 
 
-__all__ = ["ProcessOutput", "ProcessStatus", "SignalResult"]
+__all__ = ["ProcessOutput", "ProcessStatus", "SignalResult", "StartSpec"]

@@ -8,8 +8,8 @@ warm before its command is known) and starts exactly one command.
 from __future__ import annotations
 
 from runtime.errors import ToolError
-from runtime.shell.handle import ProcessHandle, StartSpec
-from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult
+from runtime.shell.handle import ProcessHandle
+from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
 
 
 class ProcessSlot:

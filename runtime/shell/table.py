@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from runtime.errors import ToolError
-from runtime.shell.handle import StartSpec, new_process_id
-from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult
+from runtime.shell.handle import new_process_id
+from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
 from runtime.shell.sandbox import SandboxChoice
 from runtime.shell.slot import ProcessSlot
 
