@@ -1,7 +1,7 @@
 """An in-process messenger: several PersonaRuntimes talking without Ray.
 
 Used by unit tests and as the in-process floor of the benchmarks; the actor
-runtime's messenger (``actors.directory``) has the same contract.
+runtime's messenger (``runtime.routing.Directory`` over Ray) has the same contract.
 """
 
 from __future__ import annotations

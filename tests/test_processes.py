@@ -1,4 +1,4 @@
-"""runtime.processes without Ray: buffer, environment, secrets, groups, sandbox."""
+"""runtime.shell without Ray: buffer, environment, secrets, groups, sandbox."""
 
 from __future__ import annotations
 
