@@ -7,17 +7,21 @@ tools talk to (tests/test_memory_actor.py covers the actor wiring).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from runtime.config import MemorySettings
-from runtime.errors import ToolError
+from runtime.errors import ConfigError, ToolError
 from runtime.memory import (
+    Embedder,
     HashingEmbedder,
     LazyEmbedder,
     MemoryClient,
+    MemoryInput,
+    MemoryRow,
     MemoryServer,
     MemoryStore,
     embedder_process_env,
@@ -127,7 +131,7 @@ async def test_store_opens_lazily_with_the_settings_embedder(tmp_path: Path) -> 
     server = MemoryServer(str(tmp_path / "lazy"), settings)
     try:
         stats = await server.stats()
-        assert stats.embedder == "hashing" and stats.rows == {
+        assert stats.embedder == "hashing-256" and stats.rows == {
             "memories": 0,
             "knowledge": 0,
             "user_model": 0,
@@ -140,7 +144,8 @@ async def test_store_opens_lazily_with_the_settings_embedder(tmp_path: Path) -> 
 
 def test_lazy_embedder_builds_on_first_text_only() -> None:
     lazy = LazyEmbedder(MemorySettings(embedder="hashing"))
-    assert (lazy.name, lazy.dim, lazy.loaded) == ("hashing", 256, False)
+    # Named as the real embedder is, without building it.
+    assert (lazy.name, lazy.dim, lazy.loaded) == (HashingEmbedder().name, 256, False)
     [vector] = lazy.embed(["hello world"])
     assert len(vector) == 256 and lazy.loaded
 
@@ -150,3 +155,84 @@ def test_embedder_process_env_comes_from_settings() -> None:
     assert embedder_process_env(MemorySettings(embed_threads=3)) == {"OMP_NUM_THREADS": "3"}
     assert embedder_process_env(MemorySettings(embed_threads=None)) == {}
     assert embedder_process_env(MemorySettings(embedder="hashing")) == {}
+
+
+class GatedStore(MemoryStore):
+    """A store whose batch writes wait for ``gate`` (to cancel a caller mid-write)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def write_memories(self, items: Sequence[MemoryInput]) -> list[MemoryRow]:
+        self.started.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        return super().write_memories(items)
+
+
+async def test_a_caller_that_stops_waiting_mid_batch_does_not_stall_the_others(
+    tmp_path: Path,
+) -> None:
+    store = GatedStore(str(tmp_path / "gated"), HashingEmbedder(dim=64))
+    server = MemoryServer.serving(store)
+    try:
+        client = MemoryClient(server, "ana")
+        writes = [
+            asyncio.ensure_future(client.write(category="c", content=f"m{i}", importance=3))
+            for i in range(3)
+        ]
+        await asyncio.to_thread(store.started.wait, 10)  # the batch is being written
+        writes[0].cancel()  # its caller gives up
+        store.gate.set()
+        rows = await asyncio.wait_for(asyncio.gather(*writes[1:]), 10)
+        assert [r.content for r in rows] == ["m1", "m2"]
+        assert writes[0].cancelled()
+        # The server goes on serving.
+        later = await asyncio.wait_for(client.write(category="c", content="m3", importance=3), 10)
+        assert later.content == "m3"
+    finally:
+        await server.aclose()
+
+
+async def test_a_write_given_up_before_its_batch_is_not_written(server: MemoryServer) -> None:
+    client = MemoryClient(server, "ana")
+    gone = asyncio.ensure_future(client.write(category="c", content="never", importance=3))
+    kept = asyncio.ensure_future(client.write(category="c", content="kept", importance=3))
+    await asyncio.sleep(0)  # both queued, the batch window not over yet
+    gone.cancel()
+    assert (await kept).content == "kept"
+    assert [h.content for h in await client.recall(limit=10)] == ["kept"]
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ("lazy", "direct"),  # written through the actor's embedder, opened directly
+        ("direct", "lazy"),
+        ("legacy", "direct"),  # a store an earlier version wrote as "hashing"
+        ("legacy", "lazy"),
+    ],
+)
+def test_a_store_opens_with_either_kind_of_embedder(
+    tmp_path: Path, first: str, then: str
+) -> None:
+    class Legacy(HashingEmbedder):
+        name = "hashing"
+
+    def make(kind: str) -> Embedder:
+        if kind == "lazy":
+            return LazyEmbedder(MemorySettings(embedder="hashing"))
+        return Legacy() if kind == "legacy" else HashingEmbedder()
+
+    uri = str(tmp_path / "shared")
+    MemoryStore(uri, make(first)).write_memory("ana", category="c", content="the valve")
+    hits = MemoryStore(uri, make(then)).recall("ana", query="valve")
+    assert [h.content for h in hits] == ["the valve"]
+
+
+def test_a_store_of_another_model_is_still_refused(tmp_path: Path) -> None:
+    uri = str(tmp_path / "other")
+    MemoryStore(uri, HashingEmbedder()).write_memory("ana", category="c", content="x")
+    with pytest.raises(ConfigError, match="from 'hashing-256'"):
+        MemoryStore(uri, LazyEmbedder(MemorySettings(embedder="minilm"))).recall("ana", query="x")

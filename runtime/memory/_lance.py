@@ -214,11 +214,19 @@ def schema_for(table: str, dim: int, embedder: str) -> pa.Schema:
     return pa.schema(fields[table], metadata=metadata)
 
 
-def open_table(db: DBConnection, name: str, dim: int, embedder: str) -> Table:
+def open_table(
+    db: DBConnection,
+    name: str,
+    dim: int,
+    embedder: str,
+    *,
+    also_accept: Iterable[str] = (),
+) -> Table:
     """Open ``name``, creating it (and its full-text index) if missing.
 
     Refuses a table whose vectors came from another embedder: mixing models
-    would make every distance meaningless.
+    would make every distance meaningless. ``also_accept`` lists other names
+    the same embedder was recorded under (by earlier versions).
     """
     schema = schema_for(name, dim, embedder)
     try:
@@ -227,7 +235,7 @@ def open_table(db: DBConnection, name: str, dim: int, embedder: str) -> Table:
         # exist_ok: another process may create the same table at the same moment.
         table = db.create_table(name, schema=schema, exist_ok=True)
     if name in SEARCHABLE:
-        _check_embedder(table, name, dim, embedder)
+        _check_embedder(table, name, dim, {embedder, *also_accept})
     if not table.schema.equals(schema, check_metadata=False):
         raise ConfigError(
             f"the {name} table at this location has an unexpected schema "
@@ -238,14 +246,15 @@ def open_table(db: DBConnection, name: str, dim: int, embedder: str) -> Table:
     return table
 
 
-def _check_embedder(table: Table, name: str, dim: int, embedder: str) -> None:
+def _check_embedder(table: Table, name: str, dim: int, accepted: set[str]) -> None:
     schema = table.schema
     found_dim = schema.field("vector").type.list_size
     found = (schema.metadata or {}).get(_EMBEDDER_KEY, b"?").decode()
-    if found_dim != dim or found != embedder:
+    if found_dim != dim or found not in accepted:
+        opened = " or ".join(repr(n) for n in sorted(accepted))
         raise ConfigError(
             f"the {name} table holds {found_dim}-dimensional vectors from {found!r}, but the "
-            f"store was opened with {embedder!r} ({dim} dimensions); use the same embedder "
+            f"store was opened with {opened} ({dim} dimensions); use the same embedder "
             "or a new store location"
         )
 

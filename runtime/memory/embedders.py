@@ -43,6 +43,7 @@ __all__ = [
     "build_embedder",
     "embedder_from_settings",
     "embedder_process_env",
+    "legacy_names",
 ]
 
 
@@ -259,6 +260,17 @@ def embedder_from_settings(settings: MemorySettings) -> Embedder:
 _HASHING_DIM = 256
 
 
+def legacy_names(name: str) -> tuple[str, ...]:
+    """Other names the embedder called ``name`` was recorded under in stores
+    written by earlier versions of the MemoryStore actor (``<model>`` for
+    ``openai:<model>``, ``hashing`` for ``hashing-256``)."""
+    if name.startswith("openai:"):
+        return (name.removeprefix("openai:"),)
+    if name == f"hashing-{_HASHING_DIM}":
+        return ("hashing",)
+    return ()
+
+
 def embedder_process_env(settings: MemorySettings) -> dict[str, str]:
     """Environment for a process that will host the embedder of ``settings``.
 
@@ -282,12 +294,12 @@ class LazyEmbedder:
 
     def __init__(self, settings: MemorySettings) -> None:
         self.settings = settings
-        # The names the store records in its tables (kept as they were when
-        # the MemoryStore actor first wrote them, so existing stores open).
+        # The real embedder's own name: a store written through the actor and
+        # one written directly record the same model the same way.
         self.name = {
             "minilm": MiniLMEmbedder.name,
-            "openai": settings.openai_model,
-            "hashing": "hashing",
+            "openai": f"openai:{settings.openai_model}",
+            "hashing": f"hashing-{_HASHING_DIM}",
         }[settings.embedder]
         self.dim = {
             "minilm": MiniLMEmbedder.dim,

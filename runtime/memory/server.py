@@ -45,6 +45,23 @@ class _Write:
     future: asyncio.Future[MemoryRow]
 
 
+def _settle(
+    future: asyncio.Future[MemoryRow],
+    row: MemoryRow | None = None,
+    *,
+    error: BaseException | None = None,
+) -> None:
+    """Hand a write's outcome to its caller, unless the caller stopped waiting
+    (its future is cancelled: setting it would raise and stop the batch)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert row is not None
+        future.set_result(row)
+
+
 def open_store(uri: str, settings: MemorySettings) -> MemoryStore:
     """The store of ``settings`` at ``uri``; its embedder loads on first use."""
     return MemoryStore(
@@ -126,11 +143,13 @@ class MemoryServer:
         store = await self._get_store()
         while self._pending:
             await asyncio.sleep(self._batch_window)  # let concurrent writes join the batch
-            batch = self._pending[: self._max_batch]
-            self._pending = self._pending[self._max_batch :]
-            items = [w.item for w in batch]
+            # A caller that stopped waiting before its batch began is not written.
+            waiting = [w for w in self._pending if not w.future.done()]
+            batch, self._pending = waiting[: self._max_batch], waiting[self._max_batch :]
+            if not batch:
+                continue
             try:
-                rows = await asyncio.to_thread(store.write_memories, items)
+                rows = await asyncio.to_thread(store.write_memories, [w.item for w in batch])
             except ToolError:
                 # One bad item must not fail its neighbours: write them singly.
                 for write in batch:
@@ -138,22 +157,22 @@ class MemoryServer:
                 continue
             except Exception as exc:  # every waiter hears of it; nothing is lost silently
                 for write in batch:
-                    write.future.set_exception(exc)
+                    _settle(write.future, error=exc)
                 continue
             self.writes += len(rows)
             self.batches += 1
             for write, row in zip(batch, rows, strict=True):
-                write.future.set_result(row)
+                _settle(write.future, row)
 
     async def _write_one(self, store: MemoryStore, write: _Write) -> None:
         try:
             [row] = await asyncio.to_thread(store.write_memories, [write.item])
         except Exception as exc:  # handed to the one caller this write belongs to
-            write.future.set_exception(exc)
+            _settle(write.future, error=exc)
             return
         self.writes += 1
         self.batches += 1
-        write.future.set_result(row)
+        _settle(write.future, row)
 
     async def update(
         self,

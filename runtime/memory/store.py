@@ -33,7 +33,7 @@ from runtime.errors import ModelError, ToolError
 from runtime.memory import _lance
 from runtime.memory._lance import KNOWLEDGE, MEMORIES, USER_MODEL
 from runtime.memory.chunking import chunk_text
-from runtime.memory.embedders import Embedder
+from runtime.memory.embedders import Embedder, legacy_names
 from runtime.memory.records import (
     IngestResult,
     MemoryInput,
@@ -448,7 +448,13 @@ class MemoryStore:
         with self._lock:
             table = self._tables.get(name)
             if table is None:
-                table = _lance.open_table(self._db, name, self.embedder.dim, self.embedder.name)
+                table = _lance.open_table(
+                    self._db,
+                    name,
+                    self.embedder.dim,
+                    self.embedder.name,
+                    also_accept=legacy_names(self.embedder.name),
+                )
                 self._tables[name] = table
             return table
 
