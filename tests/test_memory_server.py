@@ -214,9 +214,7 @@ async def test_a_write_given_up_before_its_batch_is_not_written(server: MemorySe
         ("legacy", "lazy"),
     ],
 )
-def test_a_store_opens_with_either_kind_of_embedder(
-    tmp_path: Path, first: str, then: str
-) -> None:
+def test_a_store_opens_with_either_kind_of_embedder(tmp_path: Path, first: str, then: str) -> None:
     class Legacy(HashingEmbedder):
         name = "hashing"
 
