@@ -20,7 +20,7 @@ from actors._ray import RayPersonaLink, audit_buffer_for, memory_backend, read, 
 from actors.shell import ShellProcesses
 from runtime.config import RuntimeSettings, load_persona
 from runtime.memory import MemoryClient
-from runtime.messages import ChatMessage, MessageEnvelope
+from runtime.messages import ConversationRecord, MessageEnvelope
 from runtime.models import build_model_or_unavailable
 from runtime.persona import PersonaRuntime
 from runtime.routing import Directory, IdleWatcher
@@ -75,13 +75,13 @@ class PersonaActor:
                 stopped=lambda: self.runtime.closing,
             )
 
-    async def _load_history(self, conversation_id: str) -> list[ChatMessage]:
+    async def _load_history(self, conversation_id: str) -> ConversationRecord:
         # Rebuilds a conversation after the actor was restarted or passivated.
         await self.buffer.flush()
-        history: list[ChatMessage] = await remote(
-            read(lambda: self._audit_handle.history.remote(self.runtime.name, conversation_id))
+        record: ConversationRecord = await remote(
+            read(lambda: self._audit_handle.conversation.remote(self.runtime.name, conversation_id))
         )
-        return history
+        return record
 
     def _admit(self, data: str) -> MessageEnvelope:
         if self.watcher is not None:

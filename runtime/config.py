@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -20,6 +21,19 @@ from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
 from runtime.messages import TurnContextKind
 
 PERSONA_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+def runtime_timezone() -> ZoneInfo:
+    """``$COTERIE_TIMEZONE`` (an IANA name, e.g. ``Europe/Paris``), default UTC.
+
+    The one zone of the runtime: the ``clock`` tool and the date in every
+    system prompt use it. An unknown name falls back to UTC.
+    """
+    name = os.environ.get("COTERIE_TIMEZONE", "UTC")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
@@ -322,4 +336,5 @@ __all__ = [
     "load_settings",
     "persona_names",
     "resolve_home",
+    "runtime_timezone",
 ]

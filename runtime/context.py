@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from runtime.config import AccessLevel, RuntimeSettings, ThinkingMode, ToolFilter
-from runtime.messages import ChatMessage, TurnContextKind
+from runtime.messages import ChatMessage, TodoItem, TurnContextKind
 from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 
 BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
@@ -69,14 +69,6 @@ class KeyedLocks:
 
     def __len__(self) -> int:
         return len(self._locks)
-
-
-class TodoItem(BaseModel):
-    """One entry of a conversation's todo list."""
-
-    content: str = Field(min_length=1, max_length=500)
-    status: Literal["pending", "in_progress", "completed"] = "pending"
-    priority: Literal["high", "medium", "low"] = "medium"
 
 
 class EndTask(BaseModel):

@@ -296,6 +296,29 @@ class TurnEnded(_Event):
     interrupted: bool = False
 
 
+class TodoItem(BaseModel):
+    """One entry of a conversation's todo list."""
+
+    content: str = Field(min_length=1, max_length=500)
+    status: Literal["pending", "in_progress", "completed"] = "pending"
+    priority: Literal["high", "medium", "low"] = "medium"
+
+
+class TodosSet(_Event):
+    """A conversation's todo list was replaced (enough to rebuild it)."""
+
+    kind: Literal["todos"] = "todos"
+    todos: list[TodoItem]
+
+
+class ConversationRecord(_Model):
+    """What the audit log holds of one conversation: its messages, oldest
+    first, and its latest todo list."""
+
+    messages: list[ChatMessage] = Field(default_factory=list)
+    todos: list[TodoItem] = Field(default_factory=list)
+
+
 class EnvelopeEvent(_Event):
     """An envelope delivered to, or sent from, a persona."""
 
@@ -310,6 +333,7 @@ TurnEvent = Annotated[
     | ToolCalled
     | ToolFinished
     | TurnEnded
+    | TodosSet
     | EnvelopeEvent,
     Field(discriminator="kind"),
 ]
@@ -318,6 +342,7 @@ turn_event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
 __all__ = [
     "AssistantMessage",
     "ChatMessage",
+    "ConversationRecord",
     "Envelope",
     "EnvelopeEvent",
     "HistoryAppended",
@@ -328,6 +353,8 @@ __all__ = [
     "Origin",
     "ReplyEnvelope",
     "ThinkingBlock",
+    "TodoItem",
+    "TodosSet",
     "ToolCall",
     "ToolCalled",
     "ToolChoice",

@@ -29,12 +29,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.config import Persona, RuntimeSettings
+from runtime.config import Persona, RuntimeSettings, runtime_timezone
 from runtime.context import Conversation, Services, TurnContext
 from runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
 from runtime.loop import TurnLoop, TurnResult
+from runtime.memory.records import UserModelRow
 from runtime.messages import (
-    ChatMessage,
+    ConversationRecord,
     EnvelopeEvent,
     HistoryAppended,
     MessageEnvelope,
@@ -54,7 +55,8 @@ from runtime.tool import ToolRegistry
 
 log = logging.getLogger("coterie.persona")
 
-HistoryLoader = Callable[[str], Awaitable[list[ChatMessage]]]
+#: Rebuilds a conversation (messages and todo list) after a restart or passivation.
+HistoryLoader = Callable[[str], Awaitable[ConversationRecord]]
 
 
 @dataclass
@@ -293,7 +295,9 @@ class PersonaRuntime:
             # Marked loaded only once the load worked: a failed load fails this
             # turn, and the next one tries again instead of forgetting the past.
             if self.history_loader is not None and not conversation.history:
-                conversation.history = await self.history_loader(conversation.id)
+                record = await self.history_loader(conversation.id)
+                conversation.history = list(record.messages)
+                conversation.todos = list(record.todos)
             slot.loaded = True
         turn_id = new_id("turn_")
         envelopes = [p.envelope for p in batch]
@@ -338,15 +342,34 @@ class PersonaRuntime:
                     message=message,
                 )
             )
-        user_model = await self.memory.user_model() if self.memory is not None else []
-        system = build_system_prompt(self.persona, roster=self.roster, user_model=user_model)
         try:
+            system = build_system_prompt(
+                self.persona,
+                roster=self.roster,
+                user_model=await self._user_model(),
+                tz=runtime_timezone(),
+            )
             result = await self.loop.run(ctx, system=system)
         except Exception as exc:
+            # Every started turn ends in the log, however it failed.
             self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}", False)
             raise
         self._record_end(ctx, started, result.status, result.steps, None, result.interrupted)
         return result, turn_id
+
+    async def _user_model(self) -> list[UserModelRow]:
+        """The user model for the prompt; without it when memory is unreachable.
+
+        A turn should not fail because the memory store is restarting: it goes
+        on without the user model (logged), and the next turn asks again.
+        """
+        if self.memory is None:
+            return []
+        try:
+            return await self.memory.user_model()
+        except CoterieError as exc:
+            log.warning("%s: user model unavailable for this turn: %s", self.name, exc)
+            return []
 
     def _record_end(
         self,

@@ -247,3 +247,26 @@ async def test_replayed_rows_already_written_or_pending_are_skipped(make_log: An
 def test_bad_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="flush_interval"):
         AuditLog(str(tmp_path / "a.duckdb"), flush_interval=0)
+
+
+async def test_conversation_brings_back_the_latest_todo_list(make_log: Any) -> None:
+    from runtime.messages import TodoItem, TodosSet
+
+    log = make_log(flush_interval=60)
+
+    def todos(ts: float, *items: str) -> dict[str, Any]:
+        return event_to_row(
+            TodosSet(
+                persona="scribe",
+                conversation_id="c1",
+                turn_id="t",
+                ts=ts,
+                todos=[TodoItem(content=i) for i in items],
+            )
+        )
+
+    await log.append([*chat_rows("scribe", "c1", "plan it"), todos(5.0, "a", "b"), todos(6.0, "c")])
+    record = await log.conversation("scribe", "c1")
+    assert [m.text for m in record.messages] == ["plan it"]
+    assert [t.content for t in record.todos] == ["c"]  # the latest list, not a merge
+    assert (await log.conversation("scribe", "new")).todos == []

@@ -254,3 +254,35 @@ def test_passivation_round_trip(tmp_path: Path, ray_session: None) -> None:
         assert seen_by_model(rt, second.turn_id) == 3
     finally:
         rt.shutdown()
+
+
+def test_todo_list_survives_passivation(tmp_path: Path, ray_session: None) -> None:
+    home = tmp_path / "todos"
+    todo = {"content": "Book the venue", "status": "in_progress", "priority": "high"}
+    write_persona(
+        home,
+        "keeper",
+        scripted(
+            [
+                {
+                    "when": {"turn": 1, "contains": "plan"},
+                    "tool_calls": [{"name": "todo_write", "arguments": {"todos": [todo]}}],
+                },
+                {
+                    "when": {"turn": 1, "contains": "list"},
+                    "tool_calls": [{"name": "todo_read", "arguments": {}}],
+                },
+                {"when": {"turn": 2}, "text": "{last_tool_result}"},
+            ]
+        ),
+    )
+    rt = Runtime.start(home=home, settings=RuntimeSettings(idle_timeout=1.0))
+    try:
+        planned = rt.ask("keeper", "plan it", conversation_id="keeper:c")
+        assert planned.text == "0/1 completed\n1. [~] Book the venue (high)", planned.error
+        wait_until(lambda: ray.get(rt.router.active.remote()) == [])  # passivated
+        listed = rt.ask("keeper", "list it", conversation_id="keeper:c")
+        # The new actor rebuilt the todo list from the audit log with the conversation.
+        assert listed.text == planned.text, listed.error
+    finally:
+        rt.shutdown()

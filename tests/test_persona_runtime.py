@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from runtime.config import load_persona
-from runtime.errors import MissingAPIKeyError, PersonaPassivatedError
-from runtime.messages import MessageEnvelope, ModelRequest, TurnEnded, UserMessage
+from runtime.errors import ActorLostError, MissingAPIKeyError, PersonaPassivatedError
+from runtime.messages import (
+    ConversationRecord,
+    MessageEnvelope,
+    ModelRequest,
+    TodoItem,
+    TurnEnded,
+    UserMessage,
+)
 from runtime.models.scripted import FunctionModel, latest_user_text
 from runtime.persona import PersonaRuntime
 from runtime.services import NullAudit
@@ -104,9 +111,9 @@ async def test_model_failure_becomes_error_reply(tmp_path: Path) -> None:
 async def test_history_loader_used_once_per_conversation(tmp_path: Path) -> None:
     loads: list[str] = []
 
-    async def loader(conv: str) -> list[UserMessage]:
+    async def loader(conv: str) -> ConversationRecord:
         loads.append(conv)
-        return [UserMessage(text="from before")]
+        return ConversationRecord(messages=[UserMessage(text="from before")])
 
     model = FunctionModel(lambda r: str(len(r.messages)))
     rt = make_runtime(tmp_path, model, history_loader=loader)
@@ -166,3 +173,69 @@ async def test_a_closed_persona_refuses_messages_and_stops_what_tools_left(
         await rt.handle(env("too late"))
     with pytest.raises(PersonaPassivatedError):
         rt.post(env("too late"))
+
+
+class BrokenMemory:
+    """A memory service whose user model cannot be read."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def user_model(self) -> list[object]:
+        raise self.error
+
+
+async def test_a_turn_that_fails_before_the_model_still_ends_in_the_log(tmp_path: Path) -> None:
+    audit = NullAudit()
+    rt = make_runtime(
+        tmp_path,
+        FunctionModel(lambda r: "never asked"),
+        audit=audit,
+        memory=BrokenMemory(RuntimeError("a bug in the memory client")),
+    )
+    reply = await rt.handle(env("hi"))
+    assert reply.status == "error" and "a bug in the memory client" in (reply.error or "")
+    kinds = [e.kind for e in audit.events]
+    assert kinds.count("turn_started") == kinds.count("turn_ended") == 1
+    [ended] = [e for e in audit.events if isinstance(e, TurnEnded)]
+    assert ended.status == "error" and "RuntimeError" in (ended.error or "")
+
+
+async def test_an_unreachable_memory_store_does_not_fail_the_turn(tmp_path: Path) -> None:
+    model = FunctionModel(lambda r: "answered anyway")
+    rt = make_runtime(
+        tmp_path, model, memory=BrokenMemory(ActorLostError("the memory store is restarting"))
+    )
+    reply = await rt.handle(env("hi"))
+    assert (reply.status, reply.text) == ("ok", "answered anyway")
+    assert "What you know about the user" not in model.requests[0].system
+
+
+@pytest.mark.parametrize(
+    ("zone", "offset"), [("Pacific/Kiritimati", 14), ("Pacific/Pago_Pago", -11)]
+)
+async def test_the_prompt_date_is_the_runtime_timezone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zone: str, offset: int
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    monkeypatch.setenv("COTERIE_TIMEZONE", zone)
+    model = FunctionModel(lambda r: "ok")
+    rt = make_runtime(tmp_path, model)
+    before = datetime.now(UTC) + timedelta(hours=offset)
+    await rt.handle(env("what day is it?"))
+    after = datetime.now(UTC) + timedelta(hours=offset)
+    # UTC+14 and UTC-11 are always on different days: only the zone's own date fits.
+    days = {f"{d:%A, %Y-%m-%d}" for d in (before, after)}
+    assert any(f"Today is {day}." in model.requests[0].system for day in days)
+
+
+async def test_a_rebuilt_conversation_gets_its_todo_list_back(tmp_path: Path) -> None:
+    saved = [TodoItem(content="Book the venue", status="in_progress", priority="high")]
+
+    async def loader(conv: str) -> ConversationRecord:
+        return ConversationRecord(messages=[UserMessage(text="earlier")], todos=saved)
+
+    rt = make_runtime(tmp_path, FunctionModel(lambda r: "ok"), history_loader=loader)
+    await rt.handle(env("hello"))
+    assert rt.conversation("solo:test").todos == saved

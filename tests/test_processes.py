@@ -23,6 +23,7 @@ from runtime.shell import (
     Sandbox,
     StartSpec,
     bwrap_available,
+    group_alive,
     load_secrets,
     read_dotenv,
     scrubbed_env,
@@ -355,3 +356,30 @@ async def test_bwrap_group_kill(tmp_path: Path) -> None:
     await h.stop(grace=0.5)  # bwrap dies of the TERM; the sleeps ignore it
     assert not h.running
     await until(lambda: not any(alive(p) for p in tree), "the sandboxed group to die")
+
+
+async def test_no_signal_once_the_group_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After the shell is reaped with nobody left in its group, the group's id
+    # may belong to another process: nothing may be sent to it any more.
+    h = ProcessHandle(spec("true", tmp_path))
+    await h.start()
+    assert await h.wait(10) and h.exit_code == 0
+    assert h.pid is not None
+    await until(lambda: not group_alive(h.pid or 0), "the group to empty")
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: sent.append((pgid, sig)))
+    assert h.signal("term") is False
+    await h.stop()
+    await h.close()
+    assert sent == []
+
+
+async def test_group_alive_follows_the_members(tmp_path: Path) -> None:
+    h = ProcessHandle(spec("sleep 100 >/dev/null 2>&1 & exec sleep 100", tmp_path))
+    await h.start()
+    assert h.pid is not None
+    assert group_alive(h.pid)
+    await h.stop(grace=0.5)
+    await until(lambda: not group_alive(h.pid or 0), "every member to be gone")

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.config import runtime_timezone
 from runtime.context import EndTask, TodoItem, TurnContext
+from runtime.messages import TodosSet
 from runtime.tool import tool
 
 THINK_REASON_MAX = 80
 TODO_MAX_ITEMS = 100
-
-
-def schedule_timezone() -> ZoneInfo:
-    """``$COTERIE_TIMEZONE`` (an IANA name), default UTC."""
-    name = os.environ.get("COTERIE_TIMEZONE", "UTC")
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
 
 
 class ClockArgs(BaseModel):
@@ -39,7 +30,7 @@ class ClockArgs(BaseModel):
 async def clock(args: ClockArgs, ctx: TurnContext) -> str:
     """Current wall-clock time in the runtime's timezone. Today's date is already
     in the system prompt; use this when the exact time matters."""
-    tz = schedule_timezone()
+    tz = runtime_timezone()
     now = datetime.now(tz).replace(microsecond=0)
     if args.format == "time_only":
         return now.strftime("%H:%M:%S")
@@ -114,6 +105,15 @@ async def todo_write(args: TodoWriteArgs, ctx: TurnContext) -> str:
     """Replace this conversation's todo list (content, status pending /
     in_progress / completed, priority high / medium / low)."""
     ctx.conversation.todos = list(args.todos)
+    # Recorded, so that the list comes back with the conversation after a restart.
+    ctx.audit.record(
+        TodosSet(
+            persona=ctx.persona,
+            conversation_id=ctx.conversation_id,
+            turn_id=ctx.turn_id,
+            todos=ctx.conversation.todos,
+        )
+    )
     return _render(ctx.conversation.todos)
 
 

@@ -28,7 +28,7 @@ from runtime.audit.query import QueryResult
 from runtime.audit.rows import Row
 from runtime.audit.writer import AuditWriter
 from runtime.errors import AuditOverloadedError
-from runtime.messages import ChatMessage
+from runtime.messages import ChatMessage, ConversationRecord
 
 log = logging.getLogger("coterie.audit")
 
@@ -215,6 +215,10 @@ class AuditLog:
 
     async def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
         """The conversation's messages rebuilt from the log, oldest first."""
+        return (await self.conversation(persona, conversation_id)).messages
+
+    async def conversation(self, persona: str, conversation_id: str) -> ConversationRecord:
+        """The conversation rebuilt from the log: messages and latest todo list."""
         if not self._conversations_loaded:
             known = await asyncio.shield(
                 self._locked(
@@ -229,9 +233,11 @@ class AuditLog:
         key = (persona, conversation_id)
         if key not in self._conversations and len(self._conversations) < self._conversations_cap:
             # Under the cap the set is complete: a conversation not in it is new.
-            return []
+            return ConversationRecord()
         await self.flush()
-        return await asyncio.shield(self._locked(self._writer.history, persona, conversation_id))
+        return await asyncio.shield(
+            self._locked(self._writer.conversation, persona, conversation_id)
+        )
 
     async def stats(self) -> AuditLogStats:
         """Counters: rows and batches written, rejected rows, write errors, pending."""

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any, cast
 from runtime.audit.query import QueryResult, run_read_only
 from runtime.audit.rows import EVENT_COLUMNS
 from runtime.errors import AuditQueryError
-from runtime.messages import ChatMessage, HistoryAppended, turn_event_adapter
+from runtime.messages import (
+    ChatMessage,
+    ConversationRecord,
+    HistoryAppended,
+    TodosSet,
+    turn_event_adapter,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -306,7 +312,12 @@ class AuditWriter:
             cur.close()
 
     def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
-        """Rebuild a conversation from its ``chat_message`` events, in order."""
+        """Rebuild a conversation's messages from its ``chat_message`` events, in order."""
+        return self.conversation(persona, conversation_id).messages
+
+    def conversation(self, persona: str, conversation_id: str) -> ConversationRecord:
+        """Rebuild a conversation: its messages (``chat_message`` events, in
+        order) and its latest todo list (the last ``todos`` event)."""
         import duckdb
 
         try:
@@ -316,17 +327,20 @@ class AuditWriter:
             raise
         try:
             rows = cur.execute(
-                "SELECT payload FROM events WHERE persona = ? AND conversation_id = ? "
-                "AND kind = 'chat_message' ORDER BY ts, seq",
+                "SELECT kind, payload FROM events WHERE persona = ? AND conversation_id = ? "
+                "AND kind IN ('chat_message', 'todos') ORDER BY ts, seq",
                 [persona, conversation_id],
             ).fetchall()
         finally:
             cur.close()
-        messages: list[ChatMessage] = []
-        for (payload,) in rows:
-            event = cast(HistoryAppended, turn_event_adapter.validate_json(payload))
-            messages.append(event.message)
-        return messages
+        record = ConversationRecord()
+        for kind, payload in rows:
+            event = turn_event_adapter.validate_json(payload)
+            if kind == "chat_message":
+                record.messages.append(cast(HistoryAppended, event).message)
+            else:
+                record.todos = cast(TodosSet, event).todos
+        return record
 
     def close(self) -> None:
         """Close the file; further calls raise."""

@@ -4,7 +4,7 @@ one command's handle and slot, and the per-persona process table."""
 from __future__ import annotations
 
 from runtime.shell.env import INHERITED_ENV, SAFE_PATH, load_secrets, read_dotenv, scrubbed_env
-from runtime.shell.handle import SIGNALS, ProcessHandle, SignalName, new_process_id
+from runtime.shell.handle import SIGNALS, ProcessHandle, SignalName, group_alive, new_process_id
 from runtime.shell.output import DEFAULT_BUFFER_BYTES, OutputBuffer, Redactor
 from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
 from runtime.shell.sandbox import BWRAP_PATH, Sandbox, SandboxChoice, bwrap_available
@@ -32,6 +32,7 @@ __all__ = [
     "Slot",
     "StartSpec",
     "bwrap_available",
+    "group_alive",
     "load_secrets",
     "new_process_id",
     "not_found",

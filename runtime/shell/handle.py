@@ -98,10 +98,14 @@ class ProcessHandle:
             await self.stop()
 
     def signal(self, name: str) -> bool:
-        """Send an allowlisted signal to the whole group; False if already gone."""
+        """Send an allowlisted signal to the whole group; False if already gone.
+
+        Once no process is left in the group its id may be given to another
+        process, so nothing is sent then: a signal can only reach our group.
+        """
         if name not in SIGNALS:
             raise ToolError("invalid_arguments", f"signal must be one of {', '.join(SIGNALS)}")
-        if self.pid is None:
+        if self.pid is None or not group_alive(self.pid):
             return False
         try:
             os.killpg(self.pid, SIGNALS[name])
@@ -174,6 +178,33 @@ class ProcessHandle:
             task.cancel()
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether any process (a zombie included) is in process group ``pgid``.
+
+    While one is, the kernel gives that id to no new process, so signalling
+    the group cannot reach a stranger. Read from ``/proc``; where there is
+    none, the group counts as alive.
+    """
+    try:
+        entries = os.scandir("/proc")
+    except OSError:
+        return True
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue  # gone meanwhile
+            # "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if len(fields) > 2 and int(fields[2]) == pgid:
+                return True
+    return False
+
+
 def _default_signals() -> None:
     """In the child: undo ignored signals inherited from the runtime (Ray
     workers ignore SIGINT, and a shell cannot un-ignore what it inherits)."""
@@ -189,5 +220,6 @@ __all__ = [
     "SIGNALS",
     "ProcessHandle",
     "SignalName",
+    "group_alive",
     "new_process_id",
 ]
