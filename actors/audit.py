@@ -27,7 +27,7 @@ def get_or_create_audit_log(
     name: str = "coterie:audit",
     namespace: str | None = None,
     detached: bool = False,
-    flush_interval: float = 0.5,
+    flush_interval: float = 0.05,
     flush_rows: int = 5000,
 ) -> Any:
     """The named audit log actor, created on first use.

@@ -123,6 +123,9 @@ class RouterActor:
             settings=settings,
         )
         self.router: Router[Any] = Router(Path(home), self.host, idle_timeout=settings.idle_timeout)
+        # After a restart the persona actors are still running: take them on,
+        # so that flushing, passivating and stopping reach them.
+        self.router.adopt(self.host.named_personas())
 
     async def resolve(self, name: str) -> Any:
         """The actor handle of persona ``name``, activating it if needed."""

@@ -25,6 +25,7 @@ from actors._ray import (
     RayPersonaLink,
     audit_name,
     memory_name,
+    read,
     remote,
     router_name,
     runtime_id,
@@ -215,23 +216,26 @@ class Runtime:
 
     # -- audit -----------------------------------------------------------
 
+    def _audit(self, method: str, *args: Any) -> Any:
+        """Call the audit log; these calls are safe to repeat, so they are made
+        again while Ray reports the actor unavailable (it is restarting)."""
+        return self._run(remote(read(lambda: getattr(self.audit, method).remote(*args))))
+
     def flush(self) -> None:
         """Push every buffered audit event into DuckDB."""
         self._run(self.directory.call_router("flush_all"))
-        ray.get(self.audit.flush.remote())
+        self._audit("flush")
 
     def query(self, sql: str) -> QueryResult:
         """Run a read-only SQL query on the audit store (after a flush)."""
         self.flush()
-        result: QueryResult = self._run(remote(self.audit.query.remote(sql)))
+        result: QueryResult = self._audit("query", sql)
         return result
 
     def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
         """A conversation's messages as the audit log holds them, oldest first."""
         self.flush()
-        messages: list[ChatMessage] = self._run(
-            remote(self.audit.history.remote(persona, conversation_id))
-        )
+        messages: list[ChatMessage] = self._audit("history", persona, conversation_id)
         return messages
 
     # -- lifecycle -------------------------------------------------------
@@ -247,7 +251,7 @@ class Runtime:
             self._run(self.directory.call_router("flush_all"))
             if stop:
                 self._run(self.directory.call_router("stop_all"))
-            ray.get(self.audit.flush.remote())
+            self._audit("flush")
             if stop:
                 ray.get(self.audit.shutdown.remote())
                 ray.kill(self.audit)

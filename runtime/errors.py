@@ -47,6 +47,7 @@ ErrorKind = Literal[
     "invalid_arguments",
     "repeated_call",
     "runner_exception",
+    "interrupted",
     # any tool
     "unavailable",
     "not_found",

@@ -35,11 +35,14 @@ from runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
 from runtime.loop import TurnLoop, TurnResult
 from runtime.memory.records import UserModelRow
 from runtime.messages import (
+    AssistantMessage,
+    ChatMessage,
     ConversationRecord,
     EnvelopeEvent,
     HistoryAppended,
     MessageEnvelope,
     ReplyEnvelope,
+    ToolResultMessage,
     TurnEnded,
     TurnStarted,
     TurnStatus,
@@ -49,7 +52,7 @@ from runtime.messages import (
 )
 from runtime.models.base import Model
 from runtime.prompt import build_system_prompt
-from runtime.runner import ToolRunner
+from runtime.runner import ToolRunner, error_result
 from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 from runtime.tool import ToolRegistry
 
@@ -79,6 +82,37 @@ class _ConversationSlot:
 
     def persona_sourced_queued(self) -> int:
         return sum(p.envelope.source_kind == "persona" for p in self.queue)
+
+
+def unanswered_calls(history: Sequence[ChatMessage]) -> list[ToolResultMessage]:
+    """Results for the tool calls of the last assistant message that have none.
+
+    A rebuilt conversation can end in calls whose results were never recorded:
+    the persona's process died while they ran. Each gets an ``interrupted``
+    result (the call may or may not have taken effect).
+    """
+    answered: set[str] = set()
+    for message in reversed(history):
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.call_id)
+            continue
+        if isinstance(message, AssistantMessage):
+            return [
+                ToolResultMessage(
+                    call_id=call.id,
+                    name=call.name,
+                    content=error_result(
+                        "interrupted",
+                        "the persona stopped before this call finished and has restarted; "
+                        "the call may or may not have taken effect",
+                    ),
+                    error_kind="interrupted",
+                )
+                for call in message.tool_calls
+                if call.id not in answered
+            ]
+        return []
+    return []
 
 
 def render_input(envelope: MessageEnvelope) -> str:
@@ -122,6 +156,8 @@ class PersonaRuntime:
         self.spill_dir = spill_dir or persona.path / ".spill"
         self.max_queue = self.settings.max_queue
         self.closing = False
+        # The workspace is where the file and shell tools work: it exists.
+        persona.workspace.mkdir(parents=True, exist_ok=True)
         cfg = persona.config
         self.loop = TurnLoop(
             model=model,
@@ -291,6 +327,7 @@ class PersonaRuntime:
         self, slot: _ConversationSlot, new: list[_Pending], batch: list[_Pending]
     ) -> tuple[TurnResult, str]:
         conversation = slot.conversation
+        rebuilt = False
         if not slot.loaded:
             # Marked loaded only once the load worked: a failed load fails this
             # turn, and the next one tries again instead of forgetting the past.
@@ -298,8 +335,22 @@ class PersonaRuntime:
                 record = await self.history_loader(conversation.id)
                 conversation.history = list(record.messages)
                 conversation.todos = list(record.todos)
+                rebuilt = True
             slot.loaded = True
         turn_id = new_id("turn_")
+        if rebuilt:
+            for missing in unanswered_calls(conversation.history):
+                # The persona died mid-tool-call: its calls get a result, or no
+                # provider would accept the conversation again.
+                conversation.history.append(missing)
+                self.audit.record(
+                    HistoryAppended(
+                        persona=self.name,
+                        conversation_id=conversation.id,
+                        turn_id=turn_id,
+                        message=missing,
+                    )
+                )
         envelopes = [p.envelope for p in batch]
         ask_path = list(dict.fromkeys(name for e in envelopes for name in e.ask_path))
         ctx = TurnContext(
@@ -417,4 +468,4 @@ class PersonaRuntime:
         await self.model.aclose()
 
 
-__all__ = ["HistoryLoader", "PersonaRuntime", "render_input"]
+__all__ = ["HistoryLoader", "PersonaRuntime", "render_input", "unanswered_calls"]

@@ -15,7 +15,14 @@ from typing import Any
 import duckdb
 import pytest
 
-from runtime.audit import EVENT_COLUMNS, AuditBuffer, AuditWriter, event_to_row, read_only_query
+from runtime.audit import (
+    EVENT_COLUMNS,
+    AuditBuffer,
+    AuditWriter,
+    Row,
+    event_to_row,
+    read_only_query,
+)
 from runtime.errors import AuditQueryError
 from runtime.messages import (
     AssistantMessage,
@@ -669,3 +676,47 @@ def test_ordinary_batches_are_not_checked_for_duplicates(writer: AuditWriter) ->
     writer.write_rows(rows)
     assert writer.write_rows(rows) == 3
     assert writer.query("SELECT count(DISTINCT id), count(*) FROM events").rows == [(3, 6)]
+
+
+def model_called(i: int) -> ModelCalled:
+    return ModelCalled(
+        persona="p",
+        conversation_id="c",
+        turn_id="t",
+        provider="x",
+        model="m",
+        step=1,
+        latency_ms=1.0,
+        input_tokens=i,
+    )
+
+
+async def test_flush_returns_while_new_rows_keep_arriving() -> None:
+    # Each send takes a while (the log acknowledges only committed rows); a
+    # source recording all the time must not keep flush() waiting forever.
+    received: list[int] = []
+
+    async def slow_send(rows: list[Row]) -> None:
+        await asyncio.sleep(0.01)
+        received.extend(int(r["input_tokens"]) for r in rows)
+
+    buf = AuditBuffer(slow_send, max_events=5, interval=60)
+    for i in range(20):
+        buf.record(model_called(i))
+    keep_recording = True
+
+    async def recorder() -> None:
+        i = 20
+        while keep_recording:
+            buf.record(model_called(i))
+            i += 1
+            await asyncio.sleep(0.001)
+
+    task = asyncio.ensure_future(recorder())
+    try:
+        await asyncio.wait_for(buf.flush(), 10)
+        assert received[:20] == list(range(20))  # all of what was there when asked
+    finally:
+        keep_recording = False
+        await task
+    await buf.aclose()

@@ -1,7 +1,10 @@
-"""AuditLog without Ray: batching, timers, failed writes, overload, replay, history.
+"""AuditLog without Ray: acknowledged once committed, group commit, failed
+writes, overload, replay, history.
 
-The same class runs inside the AuditLog actor (tests/test_audit_actor.py
-checks that wiring); here it is driven directly on a real DuckDB file.
+The same class runs inside the AuditLog actor (tests/test_audit_actor.py and
+tests/test_faults.py check it there); here it is driven directly on a real
+DuckDB file. ``flush_interval=60`` keeps the log from writing by itself, so a
+test decides when a write happens.
 """
 
 from __future__ import annotations
@@ -81,40 +84,68 @@ async def eventually(predicate: Callable[[], Awaitable[bool]], timeout: float = 
     return await predicate()
 
 
-async def test_appends_are_written_as_one_batch_when_queried(make_log: Any) -> None:
-    log = make_log(flush_interval=60)  # no timer flush: the query must flush
-    for _ in range(4):
-        assert await log.append(rows(250)) == 250
-    assert (await log.stats()).pending == 1000
-    assert await count(log) == 1000
+def submit(log: AuditLog, batch: list[dict[str, Any]], **kw: Any) -> asyncio.Task[int]:
+    """An append in flight (its caller waits for the commit)."""
+    return asyncio.ensure_future(log.append(batch, **kw))
+
+
+async def settle() -> None:
+    """Let every ready task run until it waits on something."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_an_append_is_acknowledged_only_once_its_rows_are_committed(
+    make_log: Any,
+) -> None:
+    log = make_log(flush_interval=60)
+    appends = [submit(log, rows(250)) for _ in range(4)]
+    await settle()
+    assert not any(a.done() for a in appends)  # received, not yet written
     s = await log.stats()
+    assert (s.pending, s.rows_written) == (1000, 0)
+    assert await log.flush() == 1000
+    assert [await a for a in appends] == [250] * 4
+    s = await log.stats()
+    # The four appends shared one write (group commit).
     assert (s.rows_written, s.pending, s.write_errors, s.batches_written) == (1000, 0, 0, 1)
 
 
-async def test_flush_when_flush_rows_reached(make_log: Any) -> None:
+async def test_a_query_writes_what_is_waiting_first(make_log: Any) -> None:
+    log = make_log(flush_interval=60)
+    append = submit(log, rows(30))
+    await settle()
+    assert await count(log) == 30
+    assert await append == 30
+
+
+async def test_rows_are_written_soon_after_they_arrive(make_log: Any) -> None:
+    log = make_log(flush_interval=0.02)
+    assert await asyncio.wait_for(log.append(rows(10)), 10) == 10
+    # Acknowledged means written.
+    assert (await log.stats()).rows_written == 10
+
+
+async def test_a_full_batch_is_written_at_once(make_log: Any) -> None:
     log = make_log(flush_interval=60, flush_rows=100)
-    await log.append(rows(60))
-    assert (await log.stats()).pending == 60
-    await log.append(rows(60))
+    first = submit(log, rows(60))
+    await settle()
+    assert not first.done()
+    second = submit(log, rows(60))  # 120 waiting: over flush_rows, no waiting for the timer
+    assert await asyncio.wait_for(asyncio.gather(first, second), 10) == [60, 60]
     s = await log.stats()
     assert (s.rows_written, s.pending) == (120, 0)
 
 
-async def test_timer_flush(make_log: Any) -> None:
-    log = make_log(flush_interval=0.05)
-    await log.append(rows(10))
-
-    async def written() -> bool:
-        return (await log.stats()).rows_written == 10
-
-    assert await eventually(written)
-
-
-async def test_shutdown_flushes_and_releases_the_file(make_log: Any, tmp_path: Path) -> None:
+async def test_shutdown_writes_what_is_waiting_and_releases_the_file(
+    make_log: Any, tmp_path: Path
+) -> None:
     log = make_log(flush_interval=60)
-    await log.append(rows(42))
+    append = submit(log, rows(42))
+    await settle()
     final = await log.shutdown()
     assert (final.rows_written, final.pending) == (42, 0)
+    assert await append == 42
     with pytest.raises(RuntimeError, match="shut down"):
         await log.append(rows(1))
     assert read_only_query(tmp_path / "audit.duckdb", "SELECT count(*) FROM events").rows == [(42,)]
@@ -131,18 +162,21 @@ async def test_query_errors_reach_the_caller(make_log: Any) -> None:
 
 async def test_history_in_order_and_new_conversations_answered_at_once(make_log: Any) -> None:
     log = make_log(flush_interval=60)
-    await log.append(list(reversed(chat_rows("scribe", "c9", "hi", "again"))))
+    chat = submit(log, list(reversed(chat_rows("scribe", "c9", "hi", "again"))))
+    await settle()
     assert [m.text for m in await log.history("scribe", "c9")] == ["hi", "again"]
-    # A conversation nobody wrote to is answered from memory: no write happens.
-    await log.append(rows(5))
+    await chat
+    # A conversation nobody wrote to is answered from memory: nothing is written.
+    other = submit(log, rows(5))
+    await settle()
     assert await log.history("scribe", "never") == []
     assert (await log.stats()).pending == 5
+    await log.flush()
+    await other
 
 
-async def test_history_of_conversations_written_before_a_restart(
-    make_log: Any, tmp_path: Path
-) -> None:
-    first = make_log(flush_interval=60)
+async def test_history_of_conversations_written_before_a_restart(make_log: Any) -> None:
+    first = make_log(flush_interval=0.02)
     await first.append(chat_rows("scribe", "old", "before"))
     await first.shutdown()
     second = make_log(flush_interval=60)  # learns the known conversations from the file
@@ -150,7 +184,7 @@ async def test_history_of_conversations_written_before_a_restart(
 
 
 async def test_known_conversations_are_bounded(make_log: Any) -> None:
-    log = make_log(flush_interval=60, known_conversations_cap=2)
+    log = make_log(flush_interval=0.02, known_conversations_cap=2)
     for name in ("a", "b", "c"):
         await log.append(chat_rows("scribe", name, f"in {name}"))
     assert (await log.stats()).known_conversations == 2
@@ -159,7 +193,7 @@ async def test_known_conversations_are_bounded(make_log: Any) -> None:
     assert KNOWN_CONVERSATIONS_CAP >= 10_000
 
 
-async def test_write_error_keeps_rows_in_order_until_the_cause_goes_away(
+async def test_a_failed_write_keeps_its_rows_in_order_and_its_appends_waiting(
     make_log: Any, tmp_path: Path
 ) -> None:
     log = make_log(flush_interval=60)
@@ -167,49 +201,71 @@ async def test_write_error_keeps_rows_in_order_until_the_cause_goes_away(
     # The file system refuses the write-ahead log, as a full or read-only disk would.
     os.mkdir(wal)
     try:
-        await log.append(rows(30))
+        first = submit(log, rows(30))
+        await settle()
         assert await log.flush() == 0
-        await log.append(rows(20))
+        second = submit(log, rows(20))
+        await settle()
         assert await log.flush() == 0
         s = await log.stats()
         assert (s.write_errors, s.pending, s.rows_written) == (2, 50, 0)
         assert s.last_error is not None and "wal" in s.last_error
+        assert not first.done() and not second.done()  # nothing acknowledged
     finally:
         os.rmdir(wal)
     assert await log.flush() == 50
+    assert (await first, await second) == (30, 20)
     s = await log.stats()
     assert (s.pending, s.rows_written, s.write_errors) == (0, 50, 2)
     tokens = (await log.query("SELECT input_tokens FROM events ORDER BY ts, seq")).rows
     assert [t for (t,) in tokens] == list(range(30)) + list(range(20))
 
 
-async def test_timer_retries_a_failed_write(make_log: Any, tmp_path: Path) -> None:
-    log = make_log(flush_interval=0.05)
+async def test_failed_writes_are_retried_with_backoff(make_log: Any, tmp_path: Path) -> None:
+    log = make_log(flush_interval=0.02)
     wal = tmp_path / "audit.duckdb.wal"
     os.mkdir(wal)
     try:
-        await log.append(rows(5))
+        append = submit(log, rows(5))
 
         async def failed_twice() -> bool:
             return (await log.stats()).write_errors >= 2
 
         assert await eventually(failed_twice)
+        assert not append.done()
     finally:
         os.rmdir(wal)
-
-    async def written() -> bool:
-        return (await log.stats()).rows_written == 5
-
-    assert await eventually(written)
+    assert await asyncio.wait_for(append, 30) == 5
     assert (await log.stats()).pending == 0
 
 
+async def test_an_append_not_committed_in_time_fails_and_its_copy_is_written_once(
+    make_log: Any, tmp_path: Path
+) -> None:
+    log = make_log(flush_interval=60, ack_timeout=0.2)
+    wal = tmp_path / "audit.duckdb.wal"
+    os.mkdir(wal)
+    batch = rows(8)
+    try:
+        with pytest.raises(AuditOverloadedError, match=r"not committed within 0\.2 s"):
+            await log.append(batch)
+        await log.flush()  # fails: the rows stay queued
+    finally:
+        os.rmdir(wal)
+    # The source kept its copy and sends it again, as a replay.
+    replay = submit(log, batch, replayed=True)
+    await settle()
+    assert await log.flush() == 8  # the queued first copy; the replay is all duplicates
+    assert await replay == 8
+    result = await log.query("SELECT count(*), count(DISTINCT id) FROM events")
+    assert result.rows == [(8, 8)]
+
+
 async def test_malformed_row_does_not_block_the_log(make_log: Any) -> None:
-    log = make_log(flush_interval=60)
+    log = make_log(flush_interval=0.02)
     good = rows(3)
     bad = dict(good[0], id="bad", input_tokens="lots")
-    await log.append([good[0], bad, *good[1:]])
-    assert await log.flush() == 3
+    assert await log.append([good[0], bad, *good[1:]]) == 4
     s = await log.stats()
     assert (s.rows_written, s.rows_rejected, s.pending, s.write_errors) == (3, 1, 0, 0)
     rejected = await log.query("SELECT row::JSON->>'$.id', error FROM rejected_rows")
@@ -219,25 +275,37 @@ async def test_malformed_row_does_not_block_the_log(make_log: Any) -> None:
 
 async def test_overloaded_log_refuses_and_keeps_what_it_has(make_log: Any) -> None:
     log = make_log(flush_interval=60, flush_rows=10_000, max_pending=100)
-    await log.append(rows(80))
+    waiting = submit(log, rows(80))
+    await settle()
     with pytest.raises(AuditOverloadedError, match="80 unwritten rows"):
         await log.append(rows(30))
     assert (await log.stats()).pending == 80
-    assert await count(log) == 80  # a query flushes, and then there is room again
-    assert await log.append(rows(30)) == 30
+    assert await count(log) == 80  # a query writes, and then there is room again
+    assert await waiting == 80
+    room = submit(log, rows(30))
+    await settle()
+    assert (await log.stats()).pending == 30  # taken this time
+    await log.flush()
+    assert await room == 30
 
 
 async def test_replayed_rows_already_written_or_pending_are_skipped(make_log: Any) -> None:
     log = make_log(flush_interval=60)
     batch = rows(10)
-    await log.append(batch[:4])
+    written = submit(log, batch[:4])
+    await settle()
     await log.flush()
-    await log.append(batch[4:7])  # the first copies of these are still pending
-    # 2-3 are written, 4-6 pending: written first, then checked against.
-    await log.append(batch[2:], replayed=True)
+    await written
+    pending = submit(log, batch[4:7])  # the first copies of these are still waiting
+    replay = submit(log, batch[2:], replayed=True)
+    await settle()
+    # 2-3 are written, 4-6 waiting: written first, then checked against.
     assert await log.flush() == 3 + 3
-    await log.append(batch, replayed=True)
+    assert (await pending, await replay) == (3, 8)
+    again = submit(log, batch, replayed=True)
+    await settle()
     assert await log.flush() == 0
+    assert await again == 10
     result = await log.query("SELECT count(*), count(DISTINCT id) FROM events")
     assert result.rows == [(10, 10)]
     s = await log.stats()
@@ -252,7 +320,7 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
 async def test_conversation_brings_back_the_latest_todo_list(make_log: Any) -> None:
     from runtime.messages import TodoItem, TodosSet
 
-    log = make_log(flush_interval=60)
+    log = make_log(flush_interval=0.02)
 
     def todos(ts: float, *items: str) -> dict[str, Any]:
         return event_to_row(

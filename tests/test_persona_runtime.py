@@ -10,7 +10,9 @@ import pytest
 from runtime.config import load_persona
 from runtime.errors import ActorLostError, MissingAPIKeyError, PersonaPassivatedError
 from runtime.messages import (
+    AssistantMessage,
     ConversationRecord,
+    HistoryAppended,
     MessageEnvelope,
     ModelRequest,
     TodoItem,
@@ -239,3 +241,44 @@ async def test_a_rebuilt_conversation_gets_its_todo_list_back(tmp_path: Path) ->
     rt = make_runtime(tmp_path, FunctionModel(lambda r: "ok"), history_loader=loader)
     await rt.handle(env("hello"))
     assert rt.conversation("solo:test").todos == saved
+
+
+async def test_calls_cut_off_by_a_crash_get_a_result_after_the_rebuild(tmp_path: Path) -> None:
+    from runtime.messages import ToolCall, ToolResultMessage
+
+    calls = [ToolCall(id="c1", name="clock"), ToolCall(id="c2", name="shell_exec")]
+
+    async def loader(conv: str) -> ConversationRecord:
+        # The process died after the first result was recorded.
+        return ConversationRecord(
+            messages=[
+                UserMessage(text="do two things"),
+                AssistantMessage(tool_calls=calls),
+                ToolResultMessage(call_id="c1", name="clock", content="12:00"),
+            ]
+        )
+
+    audit = NullAudit()
+    model = FunctionModel(lambda r: "picked up")
+    rt = make_runtime(tmp_path, model, history_loader=loader, audit=audit)
+    assert (await rt.handle(env("are you there?"))).text == "picked up"
+    seen = model.requests[0].messages
+    assert [m.kind for m in seen] == ["user", "assistant", "tool_result", "tool_result", "user"]
+    repaired = seen[3]
+    assert isinstance(repaired, ToolResultMessage)
+    assert (repaired.call_id, repaired.error_kind) == ("c2", "interrupted")
+    # Recorded, so the next rebuild has it too (and adds nothing again).
+    logged = [e.message for e in audit.events if isinstance(e, HistoryAppended)]
+    assert logged[0] == repaired
+
+
+def test_unanswered_calls_only_looks_at_the_last_assistant_message() -> None:
+    from runtime.messages import ToolCall, ToolResultMessage
+    from runtime.persona import unanswered_calls
+
+    done = AssistantMessage(tool_calls=[ToolCall(id="a", name="clock")])
+    result = ToolResultMessage(call_id="a", name="clock", content="x")
+    assert unanswered_calls([UserMessage(text="hi"), done, result]) == []
+    assert unanswered_calls([done, result, UserMessage(text="next")]) == []
+    assert unanswered_calls([]) == []
+    assert [r.call_id for r in unanswered_calls([UserMessage(text="hi"), done])] == ["a"]

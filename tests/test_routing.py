@@ -470,3 +470,13 @@ async def test_retry_transient_retries_only_what_is_transient() -> None:
         await retry_transient(never, transient=(ConnectionError,), attempts=4, sleep=sleep)
     assert len(attempts) == 4
     assert slept == [0.1, 0.2, 0.4]  # none after the last attempt
+
+
+async def test_a_restarted_router_adopts_the_running_actors(home: Path) -> None:
+    r, host = router(home)
+    running = Handle("ana", 7)  # started by the router before it restarted
+    assert r.adopt({"ana": running}) == 1
+    assert r.adopt({"ana": Handle("ana", 8)}) == 0  # what it has, it keeps
+    assert await r.resolve("ana") is running and host.started == []
+    assert await r.flush_all() == 1 and running.flushed == 1
+    assert await r.passivate("ana") and host.stopped == [running.id]

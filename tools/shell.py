@@ -132,7 +132,7 @@ async def shell_exec(args: ShellExecArgs, ctx: TurnContext) -> Any:
     workspace = ctx.workspace.resolve()
     cwd = workspace_path(ctx, args.cwd or ".")
     if not cwd.is_dir():
-        raise ToolError("invalid_path", f"cwd {args.cwd!r} is not a directory")
+        raise ToolError("invalid_path", f"cwd {args.cwd or '.'!r} is not a directory")
     secret_values = load_secrets(ctx.persona_dir, args.secrets or [], ctx.persona)
     env = scrubbed_env(home=workspace, extra=args.env, secrets=secret_values)
     sandbox = service.sandbox(workspace, ctx.access, ctx.persona_dir, ctx.home)

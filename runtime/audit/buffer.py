@@ -288,7 +288,9 @@ class AuditBuffer:
         if self._timer is None:
             self._timer = loop.create_task(self._run_timer(), name="coterie-audit-buffer")
         if self._wants_size_flush():
-            self._size_flush = loop.create_task(self._flush(), name="coterie-audit-flush")
+            self._size_flush = loop.create_task(
+                self._flush(until=self._recovered + self._recorded), name="coterie-audit-flush"
+            )
 
     async def _run_timer(self) -> None:
         delay = self._interval
@@ -306,18 +308,21 @@ class AuditBuffer:
             delay = self._interval if self._healthy else min(delay * 2, _MAX_BACKOFF)
 
     async def flush(self) -> None:
-        """Send everything buffered, one call per batch of ``max_events``.
+        """Send everything buffered when it was called, one call per batch of
+        ``max_events``; rows recorded meanwhile wait for the next flush, so a
+        steady stream of new rows cannot keep the caller waiting.
 
         Stops at the first failed send (logged, counted in :attr:`failures`);
         its rows stay first in line for the next flush.
         """
         # Shielded: cancelling the caller must not abandon a send in flight — the
         # receiver may already have the batch, and resending it would duplicate it.
-        await asyncio.shield(self._flush())
+        await asyncio.shield(self._flush(until=self._recovered + self._recorded))
 
-    async def _flush(self) -> None:
+    async def _flush(self, until: int | None = None) -> None:
+        """Send until the first ``until`` rows ever buffered are gone (all, if None)."""
         async with self._lock:
-            while self._rows:
+            while self._rows and (until is None or self._sent + self._dropped < until):
                 # Rows that may have been delivered go first and alone: only their
                 # batches pay for the receiver's duplicate check.
                 replayed = self._replay_left > 0
@@ -345,9 +350,10 @@ class AuditBuffer:
                     self._inflight = []
                 self._sent += len(batch)
                 self._healthy = True
-            # No await since the loop saw the buffer empty: every spooled row is
-            # acknowledged.
-            self._truncate_spool()
+            if not self._rows:
+                # No await since the loop saw the buffer empty: every spooled row
+                # is acknowledged.
+                self._truncate_spool()
             if self._unlogged_drops:
                 self._log_drops()
 

@@ -2,13 +2,18 @@
 
 What the AuditLog actor runs. Sources (personas) buffer rows with
 :class:`~runtime.audit.buffer.AuditBuffer` and call :meth:`AuditLog.append`
-once per batch; the log gathers rows in memory and writes them as one Arrow
-batch every ``flush_interval`` seconds or every ``flush_rows`` rows. A failed
-write keeps its rows, ahead of newer ones; only the timer retries it, so a
-broken disk is not hammered once per append.
+once per batch.
 
-Rows acknowledged by :meth:`append` but not yet written are lost if the
-process dies; ``flush_interval`` bounds that window.
+**An append is acknowledged only once its rows are committed** to DuckDB
+(group commit: rows arriving within ``flush_interval`` of each other, or
+while a write is under way, share one Arrow batch and one transaction). So a
+source drops a row from its spool only when the row is in the file: if this
+process dies, every row it held unwritten is still held by its source, which
+sends it again; rows sent again are written once (duplicates are skipped by
+``id``). A failed write keeps its rows, ahead of newer ones, and is retried
+with backoff; an append not committed within ``ack_timeout`` raises
+:class:`~runtime.errors.AuditOverloadedError` — the source keeps its rows and
+sends them again later, and whichever copy is written first counts.
 
 DuckDB calls run in a worker thread, one at a time, so appends keep being
 served during a write or a long query.
@@ -18,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -37,6 +44,25 @@ T = TypeVar("T")
 #: Conversations remembered as "has chat messages" before the oldest are
 #: forgotten (a forgotten one costs one indexed lookup, not a wrong answer).
 KNOWN_CONVERSATIONS_CAP = 100_000
+#: Longest pause between retries of a failing write.
+MAX_BACKOFF = 5.0
+
+
+@dataclass
+class _Queue:
+    """Rows waiting to be written, and the appends waiting for them."""
+
+    rows: list[Row] = field(default_factory=list)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def take(self) -> _Queue:
+        taken = _Queue(self.rows, self.waiters)
+        self.rows, self.waiters = [], []
+        return taken
+
+    def put_back(self, taken: _Queue) -> None:
+        self.rows[:0] = taken.rows
+        self.waiters[:0] = taken.waiters
 
 
 class AuditLogStats(BaseModel):
@@ -44,6 +70,7 @@ class AuditLogStats(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    pid: int
     path: str
     rows_written: int
     batches_written: int
@@ -71,24 +98,28 @@ class AuditLog:
         self,
         path: str,
         *,
-        flush_interval: float = 0.5,
+        flush_interval: float = 0.05,
         flush_rows: int = 5000,
         max_pending: int = 1_000_000,
+        ack_timeout: float = 30.0,
         known_conversations_cap: int = KNOWN_CONVERSATIONS_CAP,
         writer: AuditWriter | None = None,
     ) -> None:
-        if flush_interval <= 0 or flush_rows < 1 or max_pending < 1:
-            raise ValueError("need flush_interval > 0, flush_rows >= 1, max_pending >= 1")
+        if flush_interval <= 0 or flush_rows < 1 or max_pending < 1 or ack_timeout <= 0:
+            raise ValueError(
+                "need flush_interval > 0, flush_rows >= 1, max_pending >= 1, ack_timeout > 0"
+            )
         self._writer = writer or AuditWriter(path)
         self._flush_interval = flush_interval
         self._flush_rows = flush_rows
         self._max_pending = max_pending
-        self._pending: list[Row] = []
+        self._ack_timeout = ack_timeout
+        self._pending = _Queue()
         # Replayed rows are written after _pending, so that an earlier copy of
         # one still pending is in ``events`` when they are checked against it.
-        self._replayed: list[Row] = []
+        self._replayed = _Queue()
         self._lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None
+        self._committer: asyncio.Task[None] | None = None
         self._healthy = True
         self._closed = False
         self._rows_written = 0
@@ -108,19 +139,21 @@ class AuditLog:
 
     @property
     def unwritten(self) -> int:
-        return len(self._pending) + len(self._replayed)
+        return len(self._pending.rows) + len(self._replayed.rows)
 
-    def _ensure_timer(self) -> None:
-        # Started lazily: an actor's constructor runs outside its event loop.
-        if self._timer is None and not self._closed:
-            self._timer = asyncio.get_running_loop().create_task(self._run_timer())
+    def _ensure_committer(self) -> None:
+        # Started on demand: an actor's constructor runs outside its event loop.
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
 
-    async def _run_timer(self) -> None:
-        while True:
-            await asyncio.sleep(self._flush_interval)
-            if self.unwritten:
-                # flush() reports its own failures (logged, counted); it never raises.
-                await self.flush()
+    async def _commit_loop(self) -> None:
+        """Write what is waiting: soon after it arrives, later after a failure."""
+        delay = self._flush_interval
+        while self.unwritten and not self._closed:
+            await asyncio.sleep(delay)
+            # flush() reports its own failures (logged, counted); it never raises.
+            await self.flush()
+            delay = self._flush_interval if self._healthy else min(max(delay, 0.1) * 2, MAX_BACKOFF)
 
     async def _locked(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._lock:
@@ -133,14 +166,17 @@ class AuditLog:
             self._conversations.popitem(last=False)
 
     async def append(self, rows: list[Row], *, replayed: bool = False) -> int:
-        """Accept rows for the next write; returns how many were accepted.
+        """Write rows; returns how many were taken, once they are committed.
 
-        ``replayed`` rows are resent by a source (restarted from its spool, or
-        retrying a failed send) and may have been written already: those are
-        skipped (by ``id``) when written.
+        ``replayed`` rows are sent again by a source (restarted from its spool,
+        or retrying a send that failed) and may be in the file already: those
+        are skipped (by ``id``).
 
-        Raises :class:`AuditOverloadedError` (the caller keeps its rows and
-        retries) when more than ``max_pending`` rows are waiting to be written.
+        Raises :class:`AuditOverloadedError` when more than ``max_pending``
+        rows are waiting, or when these were not committed within
+        ``ack_timeout`` (they stay queued and are written when the cause goes;
+        the caller keeps its copy and sends it again, and the duplicate is
+        skipped). Either way the caller must not drop its rows.
         """
         if self._closed:
             raise RuntimeError("audit log is shut down")
@@ -149,21 +185,34 @@ class AuditLog:
                 f"audit log has {self.unwritten} unwritten rows "
                 f"(max_pending={self._max_pending}; last error: {self._last_error})"
             )
-        self._ensure_timer()
-        (self._replayed if replayed else self._pending).extend(rows)
+        if not rows:
+            return 0
+        queue = self._replayed if replayed else self._pending
+        committed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.rows.extend(rows)
+        queue.waiters.append(committed)
         for row in rows:
             if row.get("kind") == "chat_message":
                 self._remember((row["persona"], row["conversation_id"]))
-        if self.unwritten >= self._flush_rows and self._healthy:
-            await self.flush()
+        if self._healthy and self.unwritten >= self._flush_rows:
+            await self.flush()  # a full batch goes at once
+        else:
+            self._ensure_committer()
+        try:
+            await asyncio.wait_for(asyncio.shield(committed), self._ack_timeout)
+        except TimeoutError:
+            raise AuditOverloadedError(
+                f"audit rows not committed within {self._ack_timeout:g} s "
+                f"(last error: {self._last_error}); they stay queued"
+            ) from None
         return len(rows)
 
     async def flush(self) -> int:
-        """Write all pending rows as one batch; returns how many were written.
+        """Write all waiting rows now; returns how many were written.
 
         Replayed rows follow as a second batch. A failed write is logged and
-        counted (see :meth:`stats`); its rows stay pending, ahead of newer ones,
-        for the next flush.
+        counted (see :meth:`stats`); its rows stay, ahead of newer ones, for
+        the next try, and their appends keep waiting.
         """
         # Shielded: a write in its thread cannot be stopped, so a cancelled caller
         # must not release the lock or skip the bookkeeping of the batch.
@@ -171,39 +220,40 @@ class AuditLog:
 
     async def _flush(self) -> int:
         async with self._lock:
-            written = await self._write(replayed=False)
+            written = await self._write(self._pending, replayed=False)
             # Not before every earlier row is written: one of them may be the
             # first copy of a replayed row.
             if written is not None:
-                replayed = await self._write(replayed=True)
+                replayed = await self._write(self._replayed, replayed=True)
                 written += replayed or 0
             return written or 0
 
-    async def _write(self, *, replayed: bool) -> int | None:
-        """Write the pending (or replayed) rows; None if that failed."""
-        batch = self._replayed if replayed else self._pending
-        if not batch:
+    async def _write(self, queue: _Queue, *, replayed: bool) -> int | None:
+        """Write a queue's rows and release its appends; None if that failed."""
+        if not queue.rows:
             return 0
-        if replayed:
-            self._replayed = []
-        else:
-            self._pending = []
+        batch = queue.take()
         try:
-            written = await asyncio.to_thread(self._writer.write_rows, batch, replayed=replayed)
+            written = await asyncio.to_thread(
+                self._writer.write_rows, batch.rows, replayed=replayed
+            )
         except Exception as exc:  # kept for the next try, logged and counted
-            (self._replayed if replayed else self._pending)[:0] = batch
+            queue.put_back(batch)
             self._healthy = False
             self._write_errors += 1
             self._last_error = f"{type(exc).__name__}: {exc}"
             log.error(
                 "audit log write of %d row(s) failed, keeping them for the next try: %s",
-                len(batch),
+                len(batch.rows),
                 self._last_error,
             )
             return None
         self._healthy = True
         self._rows_written += written
         self._batches_written += 1
+        for waiter in batch.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
         return written
 
     async def query(self, sql: str) -> QueryResult:
@@ -242,6 +292,7 @@ class AuditLog:
     async def stats(self) -> AuditLogStats:
         """Counters: rows and batches written, rejected rows, write errors, pending."""
         return AuditLogStats(
+            pid=os.getpid(),
             path=self._writer.path,
             rows_written=self._rows_written,
             batches_written=self._batches_written,
@@ -257,19 +308,20 @@ class AuditLog:
         return self._writer.path
 
     async def shutdown(self) -> AuditLogStats:
-        """Stop the timer, write pending rows and close the file.
+        """Write what is waiting and close the file.
 
         Rows that still cannot be written are logged as an error and reported
-        in the returned stats (``pending``). A second call only reports.
+        in the returned stats (``pending``); their appends fail, so their
+        sources keep them. A second call only reports.
         """
         if self._closed:
             return await self.stats()
-        self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            await asyncio.wait({self._timer})
-            self._timer = None
         await self.flush()
+        self._closed = True
+        if self._committer is not None:
+            self._committer.cancel()
+            await asyncio.gather(self._committer, return_exceptions=True)
+            self._committer = None
         stats = await self.stats()
         if self.unwritten:
             log.error(
@@ -277,6 +329,10 @@ class AuditLog:
                 self.unwritten,
                 self._last_error,
             )
+        for queue in (self._pending, self._replayed):
+            for waiter in queue.take().waiters:
+                if not waiter.done():
+                    waiter.set_exception(RuntimeError("audit log is shut down"))
         async with self._lock:
             self._writer.close()
         return stats

@@ -124,6 +124,13 @@ class Router(Generic[H]):
         if not task.cancelled():
             task.exception()  # retrieved here too: every waiter may have gone
 
+    def adopt(self, handles: dict[str, H]) -> int:
+        """Take on actors already running (a restarted router finds its
+        personas' actors by name); returns how many were new to it."""
+        new = {n: h for n, h in handles.items() if n not in self._actors}
+        self._actors.update(new)
+        return len(new)
+
     def activating(self, name: str) -> bool:
         return name in self._activating
 
