@@ -81,6 +81,13 @@ async def read(make_call: Callable[[], Awaitable[Any]]) -> Any:
     return await retry_transient(make_call, transient=(ray.exceptions.ActorUnavailableError,))
 
 
+def cluster_addresses() -> frozenset[str]:
+    """The IP addresses of the Ray cluster's nodes (tools must not reach them)."""
+    return frozenset(
+        str(node["NodeManagerAddress"]) for node in ray.nodes() if node.get("NodeManagerAddress")
+    )
+
+
 def actor_id(handle: Any) -> str:
     return str(handle._actor_id.hex())
 
@@ -187,6 +194,7 @@ __all__ = [
     "actor_id",
     "audit_buffer_for",
     "audit_name",
+    "cluster_addresses",
     "memory_backend",
     "memory_name",
     "persona_actor_name",

@@ -16,7 +16,14 @@ from typing import Any
 
 import ray
 
-from actors._ray import RayPersonaLink, audit_buffer_for, memory_backend, read, remote
+from actors._ray import (
+    RayPersonaLink,
+    audit_buffer_for,
+    cluster_addresses,
+    memory_backend,
+    read,
+    remote,
+)
 from actors.shell import ShellProcesses
 from runtime.config import RuntimeSettings, load_persona
 from runtime.memory import MemoryClient
@@ -65,6 +72,7 @@ class PersonaActor:
             roster=roster,
             history_loader=self._load_history,
             settings=settings,
+            cluster_addresses=cluster_addresses(),
         )
         self.watcher: IdleWatcher | None = None
         if settings.idle_timeout is not None:

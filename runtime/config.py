@@ -134,6 +134,20 @@ ThinkingMode = Literal["on", "off", "auto"]
 AccessLevel = Literal["full", "workspace", "readonly"]
 
 
+class NetworkSettings(_Strict):
+    """What a persona's tools may reach on the network.
+
+    By default ``web_fetch`` reaches public addresses only: loopback,
+    link-local (cloud metadata included), private and other non-public ranges
+    and the Ray cluster's own nodes are refused unless listed in ``allow``
+    (IP addresses, CIDR ranges such as ``10.1.0.0/16``, or host names).
+    Shell commands inside bubblewrap get no network unless ``shell`` is true.
+    """
+
+    allow: list[str] = Field(default_factory=list)
+    shell: bool = False
+
+
 class PersonaConfig(_Strict):
     """The contents of ``persona.yaml``."""
 
@@ -147,6 +161,7 @@ class PersonaConfig(_Strict):
     max_steps: int = Field(default=12, ge=1, le=200)
     tool_timeout: float | None = Field(default=None, gt=0)
     output_cap: int = Field(default=16_000, ge=1_000)
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
 
     @field_validator("thinking", mode="before")
     @classmethod
@@ -224,6 +239,10 @@ class RuntimeSettings(_Strict):
     )
     memory: MemorySettings = Field(default_factory=lambda: MemorySettings())
     web: WebSettings = Field(default_factory=lambda: WebSettings())
+    unsandboxed_shell: Literal["deny", "allow"] = Field(
+        default="deny",
+        description="without bubblewrap, whether workspace and readonly personas get a shell",
+    )
 
 
 def load_settings(home: Path) -> RuntimeSettings:
@@ -321,6 +340,7 @@ __all__ = [
     "AnthropicModelConfig",
     "MemorySettings",
     "ModelConfig",
+    "NetworkSettings",
     "OpenAIModelConfig",
     "Persona",
     "PersonaConfig",

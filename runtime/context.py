@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from runtime.config import AccessLevel, RuntimeSettings, ThinkingMode, ToolFilter
+from runtime.config import (
+    AccessLevel,
+    NetworkSettings,
+    RuntimeSettings,
+    ThinkingMode,
+    ToolFilter,
+)
 from runtime.messages import ChatMessage, TodoItem, TurnContextKind
 from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 
@@ -129,6 +135,10 @@ class TurnContext:
     home: Path | None = None
     access: AccessLevel = "workspace"
     settings: RuntimeSettings = field(default_factory=RuntimeSettings)
+    # What the persona's tools may reach, and the Ray cluster's own node
+    # addresses (refused unless allowed there).
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+    cluster_addresses: frozenset[str] = frozenset()
 
     @property
     def conversation_id(self) -> str:

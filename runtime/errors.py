@@ -52,6 +52,7 @@ ErrorKind = Literal[
     "unavailable",
     "not_found",
     "too_large",
+    "limit_reached",
     # personas talking to each other
     "unknown_persona",
     "invalid_target",
@@ -74,6 +75,7 @@ ErrorKind = Literal[
     "not_running",
     "missing_secret",
     # the web
+    "network_denied",
     "invalid_url",
     "too_many_redirects",
     "http_error",

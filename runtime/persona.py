@@ -141,6 +141,7 @@ class PersonaRuntime:
         history_loader: HistoryLoader | None = None,
         spill_dir: Path | None = None,
         settings: RuntimeSettings | None = None,
+        cluster_addresses: frozenset[str] = frozenset(),
     ) -> None:
         self.persona = persona
         self.model = model
@@ -153,6 +154,7 @@ class PersonaRuntime:
         )
         self.roster = list(roster)
         self.history_loader = history_loader
+        self.cluster_addresses = cluster_addresses
         self.spill_dir = spill_dir or persona.path / ".spill"
         self.max_queue = self.settings.max_queue
         self.closing = False
@@ -370,6 +372,8 @@ class PersonaRuntime:
             home=self.persona.path.parent.parent,
             access=self.persona.config.access,
             settings=self.settings,
+            network=self.persona.config.network,
+            cluster_addresses=self.cluster_addresses,
         )
         started = time.perf_counter()
         self.audit.record(
