@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import weakref
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Coroutine, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -139,6 +139,15 @@ class TurnContext:
     # addresses (refused unless allowed there).
     network: NetworkSettings = field(default_factory=NetworkSettings)
     cluster_addresses: frozenset[str] = frozenset()
+    # Values no tool result may show (the persona's .env, provider keys), by name.
+    hidden: Mapping[str, str] = field(default_factory=dict)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every hidden value replaced by ``[redacted:NAME]``."""
+        for name, value in sorted(self.hidden.items(), key=lambda kv: -len(kv[1])):
+            if value in text:
+                text = text.replace(value, f"[redacted:{name}]")
+        return text
 
     @property
     def conversation_id(self) -> str:

@@ -54,6 +54,7 @@ from runtime.models.base import Model
 from runtime.prompt import build_system_prompt
 from runtime.runner import ToolRunner, error_result
 from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
+from runtime.shell.env import secrets_to_hide
 from runtime.tool import ToolRegistry
 
 log = logging.getLogger("coterie.persona")
@@ -374,6 +375,7 @@ class PersonaRuntime:
             settings=self.settings,
             network=self.persona.config.network,
             cluster_addresses=self.cluster_addresses,
+            hidden=self._hidden(),
         )
         started = time.perf_counter()
         self.audit.record(
@@ -411,6 +413,16 @@ class PersonaRuntime:
             raise
         self._record_end(ctx, started, result.status, result.steps, None, result.interrupted)
         return result, turn_id
+
+    def _hidden(self) -> dict[str, str]:
+        """What no tool result of this turn may show: every value of the
+        persona's ``.env`` (read again each turn, so edits apply) and the
+        runtime's provider keys."""
+        key_vars = [self.settings.memory.openai_api_key_env]
+        model_key = getattr(self.persona.config.model, "api_key_env", None)
+        if model_key:
+            key_vars.append(model_key)
+        return secrets_to_hide(self.persona.path, key_vars=key_vars)
 
     async def _user_model(self) -> list[UserModelRow]:
         """The user model for the prompt; without it when memory is unreachable.

@@ -145,6 +145,9 @@ class ToolRunner:
                 content=error_result("runner_exception", f"{type(exc).__name__}: {exc}"),
                 error_kind="runner_exception",
             )
+        if ctx.hidden:
+            # No tool result shows a secret, whatever the tool read or printed.
+            outcome.content = ctx.redact(outcome.content)
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         ctx.audit.record(
             ToolFinished(
@@ -203,7 +206,7 @@ class ToolRunner:
         if inspect.isawaitable(value):  # a tool that returned a coroutine by mistake
             value = await value
         text = cap_output(
-            to_text(value),
+            ctx.redact(to_text(value)),
             cap=self.output_cap,
             spill_path=ctx.spill_dir / ctx.turn_id / f"{call.id}.txt",
         )

@@ -111,8 +111,17 @@ class ProcessService(Protocol):
         ...
 
     def sandbox(
-        self, workspace: Path, access: AccessLevel, persona_dir: Path | None, home: Path | None
-    ) -> Sandbox: ...
+        self,
+        workspace: Path,
+        access: AccessLevel,
+        persona_dir: Path | None,
+        home: Path | None,
+        *,
+        network: bool = False,
+    ) -> Sandbox:
+        """How a command is confined; ``network``: whether it may use the
+        network inside bubblewrap."""
+        ...
 
     async def start(self, spec: StartSpec) -> str: ...
 

@@ -15,6 +15,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.shell import ShellProcesses
+from runtime.config import RuntimeSettings
 from runtime.context import Services, TurnContext
 from runtime.errors import ToolError
 from tests.helpers import make_ctx
@@ -40,6 +41,8 @@ def ctx_for(tmp_path: Path, svc: Any) -> TurnContext:
         persona_dir=pdir,
         home=tmp_path / "home",
         services=Services(processes=svc),
+        # These tests run commands unconfined (bwrap=None) on purpose.
+        settings=RuntimeSettings(unsandboxed_shell="allow"),
     )
 
 

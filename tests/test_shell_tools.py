@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
+from runtime.config import RuntimeSettings
 from runtime.context import Services, TurnContext
 from runtime.errors import ToolError
 from runtime.messages import MessageEnvelope
@@ -62,6 +63,8 @@ def ctx_for(tmp_path: Path, svc: Any, access: str = "workspace", **kw: Any) -> T
         home=tmp_path / "home",
         access=access,
         services=Services(processes=svc, **kw),
+        # These tests run commands unconfined (bwrap=None) on purpose.
+        settings=RuntimeSettings(unsandboxed_shell="allow"),
     )
 
 

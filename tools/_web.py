@@ -3,13 +3,19 @@
 Imported on a tool's first call only: aiohttp, BeautifulSoup and markdownify
 cost every persona process memory otherwise. It knows nothing of the tool
 definitions: :func:`fetch` and :func:`search` take plain values and the
-``web:`` settings.
+``web:`` settings, and :func:`fetch` a :class:`~tools._netpolicy.NetworkPolicy`.
 
 ``web_fetch`` reads one http(s) page and returns it as markdown; ``web_search``
 asks the Exa search API (hidden unless ``EXA_API_KEY`` is set). Everything a
 page or a search result says is wrapped in untrusted-content delimiters that
 name the source, and any delimiter-looking text inside is neutralized so a
 page cannot close the block early and speak as the runtime.
+
+``web_fetch`` connects only to addresses the policy allows, checked on every
+redirect hop: a literal IP in a URL before connecting (aiohttp does not
+resolve those), a host name in the connector's resolver, which hands aiohttp
+only the allowed addresses it resolved, so the address checked is the address
+connected to (no second lookup a rebinding DNS server could answer otherwise).
 """
 
 from __future__ import annotations
@@ -17,17 +23,21 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 from bs4 import BeautifulSoup, Comment, Tag
 from markdownify import MarkdownConverter
 from yarl import URL
 
 from runtime.config import WebSettings
 from runtime.errors import ToolError
+from tools._netpolicy import NetworkPolicy, parse_ip
 
 SNIPPET_CHARS = 1_000
 EXA_DEFAULT_BASE = "https://api.exa.ai"
@@ -228,6 +238,47 @@ def _excerpt(body: bytes, charset: str | None, mimetype: str) -> str:
 # ---------------------------------------------------------------- web_fetch
 
 
+class PolicyResolver(AbstractResolver):
+    """aiohttp's resolver, keeping only the addresses ``policy`` allows.
+
+    Raises ``ToolError("network_denied")`` when a host name resolves to no
+    allowed address; aiohttp connects only to what this returns.
+    """
+
+    def __init__(self, policy: NetworkPolicy, inner: AbstractResolver | None = None) -> None:
+        self.policy = policy
+        # The threaded resolver (getaddrinfo in the loop's executor) or aiodns:
+        # neither blocks the event loop.
+        self.inner = inner if inner is not None else DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self.inner.resolve(host, port, family)
+        kept = set(self.policy.filter_resolved(host, [r["host"] for r in results]))
+        return [r for r in results if r["host"] in kept]
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def _looks_numeric(host: str) -> bool:
+    """Whether aiohttp takes ``host`` for an IP address and so connects to it
+    without asking the resolver (mirrors ``aiohttp.helpers.is_ip_address``)."""
+    return ":" in host or host.replace(".", "").isdigit()
+
+
+def _check_host(url: URL, policy: NetworkPolicy) -> None:
+    """Refuse a literal-IP URL the policy forbids before anything connects;
+    host names are checked by :class:`PolicyResolver` when they resolve."""
+    host = url.host or ""
+    address = parse_ip(host)
+    if address is not None:
+        policy.check_literal(host, address)
+    elif _looks_numeric(host):
+        raise ToolError("invalid_url", f"{neutralize(host[:100])} is not a valid IP address")
+
+
 @dataclass(frozen=True)
 class _Fetched:
     url: URL  # after redirects
@@ -239,11 +290,15 @@ class _Fetched:
     truncated: bool  # the body went past settings.max_bytes
 
 
-async def _get(session: aiohttp.ClientSession, start: URL, settings: WebSettings) -> _Fetched:
-    """GET ``start``, following at most ``max_redirects`` redirects to http(s) URLs."""
+async def _get(
+    session: aiohttp.ClientSession, start: URL, settings: WebSettings, policy: NetworkPolicy
+) -> _Fetched:
+    """GET ``start``, following at most ``max_redirects`` redirects to http(s)
+    URLs, each hop's host checked against ``policy``."""
     url = start
     limit = settings.max_redirects
     for hop in range(limit + 1):
+        _check_host(url, policy)
         async with session.get(url, allow_redirects=False) as resp:
             if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
                 if hop == limit:
@@ -279,8 +334,11 @@ async def _get(session: aiohttp.ClientSession, start: URL, settings: WebSettings
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def fetch(raw_url: str, *, max_chars: int, settings: WebSettings) -> str:
-    """``raw_url`` fetched and rendered for the model (see ``tools.web.web_fetch``)."""
+async def fetch(
+    raw_url: str, *, max_chars: int, settings: WebSettings, policy: NetworkPolicy
+) -> str:
+    """``raw_url`` fetched and rendered for the model (see ``tools.web.web_fetch``);
+    only addresses ``policy`` allows are connected to."""
     url = _check_url(raw_url)
     headers = {
         "User-Agent": USER_AGENT,
@@ -290,8 +348,17 @@ async def fetch(raw_url: str, *, max_chars: int, settings: WebSettings) -> str:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout)
     try:
         async with asyncio.timeout(settings.fetch_timeout):
-            async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
-                got = await _get(session, url, settings)
+            resolver = PolicyResolver(policy)
+            try:
+                # trust_env stays off: no proxy from the environment, which would
+                # connect on our behalf to addresses never checked here.
+                connector = aiohttp.TCPConnector(resolver=resolver)
+                async with aiohttp.ClientSession(
+                    headers=headers, timeout=timeout, connector=connector, trust_env=False
+                ) as session:
+                    got = await _get(session, url, settings, policy)
+            finally:
+                await resolver.close()
     except TimeoutError:
         raise ToolError(
             "timeout", f"{url} did not answer completely within {settings.fetch_timeout:g}s"
@@ -429,4 +496,12 @@ async def search(
     return _scrub(wrap_untrusted(f"web search (Exa) for {query!r}", body), key)
 
 
-__all__ = ["END_MARK", "fetch", "html_to_markdown", "neutralize", "search", "wrap_untrusted"]
+__all__ = [
+    "END_MARK",
+    "PolicyResolver",
+    "fetch",
+    "html_to_markdown",
+    "neutralize",
+    "search",
+    "wrap_untrusted",
+]

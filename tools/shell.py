@@ -5,8 +5,9 @@ Every command starts in the persona's :class:`~runtime.services.ProcessService`
 ``yield_ms``; a command still running then keeps running — it is never
 started twice — and the model gets a ``bg_<hex>`` handle instead. The
 environment is scrubbed; secrets come from the persona's ``.env`` by name
-only and are redacted from every output. Readonly personas get no shell
-tools unless bubblewrap can confine them.
+only, and every value of it (and the runtime's provider keys) is redacted
+from every output. Without bubblewrap, readonly personas get no shell tools
+and workspace personas are refused unless runtime.yaml allows it.
 """
 
 from __future__ import annotations
@@ -31,16 +32,43 @@ NOTIFY_TAIL = 2_000
 
 
 def shell_available(ctx: TurnContext) -> bool:
-    """Shell tools need a process service and a workspace; readonly needs bwrap."""
+    """Shell tools need a process service and a workspace; readonly needs bwrap.
+
+    A ``workspace`` persona without bubblewrap is offered the tools, but every
+    call is refused with how to enable it (see :func:`unsandboxed_refusal`).
+    """
     service = ctx.services.processes
     if service is None or ctx.workspace is None:
         return False
     return ctx.access != "readonly" or bool(service.sandboxed)
 
 
+def unsandboxed_refusal(ctx: TurnContext) -> str | None:
+    """Why this persona may not run commands here, if it may not.
+
+    Unconfined, a command could read the persona's ``.env`` and the runtime's
+    environment: only ``full`` personas, or ``unsandboxed_shell: allow`` in
+    runtime.yaml, run without bubblewrap.
+    """
+    service = ctx.services.processes
+    if service is None or service.sandboxed or ctx.access == "full":
+        return None
+    if ctx.settings.unsandboxed_shell == "allow" and ctx.access != "readonly":
+        return None
+    return (
+        f"shell commands of a '{ctx.access}' persona run inside bubblewrap, which is not "
+        "available on this machine: install it (Debian/Ubuntu: apt-get install bubblewrap; "
+        "it must be /usr/bin/bwrap), or set `unsandboxed_shell: allow` in runtime.yaml to run "
+        "them unconfined"
+    )
+
+
 def _service(ctx: TurnContext) -> ProcessService:
     if not shell_available(ctx):
         raise ToolError("unavailable", "shell tools are not available to this persona")
+    refusal = unsandboxed_refusal(ctx)
+    if refusal is not None:
+        raise ToolError("unavailable", refusal)
     service = ctx.services.processes
     assert service is not None
     return service
@@ -135,13 +163,17 @@ async def shell_exec(args: ShellExecArgs, ctx: TurnContext) -> Any:
         raise ToolError("invalid_path", f"cwd {args.cwd or '.'!r} is not a directory")
     secret_values = load_secrets(ctx.persona_dir, args.secrets or [], ctx.persona)
     env = scrubbed_env(home=workspace, extra=args.env, secrets=secret_values)
-    sandbox = service.sandbox(workspace, ctx.access, ctx.persona_dir, ctx.home)
+    sandbox = service.sandbox(
+        workspace, ctx.access, ctx.persona_dir, ctx.home, network=ctx.network.shell
+    )
     spec = StartSpec(
         command=args.command,
         argv=sandbox.argv(args.command, cwd),
         cwd=str(cwd),
         env=env,
         secrets=secret_values,
+        # Every other secret too, requested or not: the command could read it.
+        redact=dict(ctx.hidden),
         timeout_s=args.timeout_s,
     )
     pid = await service.start(spec)
@@ -231,4 +263,4 @@ async def task_cancel(args: TaskIdArgs, ctx: TurnContext) -> Any:
 
 SHELL_TOOLS = [shell_exec, process, task_status, task_cancel]
 
-__all__ = ["SHELL_TOOLS", "shell_available"]
+__all__ = ["SHELL_TOOLS", "shell_available", "unsandboxed_refusal"]

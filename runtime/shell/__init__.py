@@ -3,7 +3,16 @@ one command's handle and slot, and the per-persona process table."""
 
 from __future__ import annotations
 
-from runtime.shell.env import INHERITED_ENV, SAFE_PATH, load_secrets, read_dotenv, scrubbed_env
+from runtime.shell.env import (
+    INHERITED_ENV,
+    MIN_SECRET_CHARS,
+    PROVIDER_KEY_VARS,
+    SAFE_PATH,
+    load_secrets,
+    read_dotenv,
+    scrubbed_env,
+    secrets_to_hide,
+)
 from runtime.shell.handle import SIGNALS, ProcessHandle, SignalName, group_alive, new_process_id
 from runtime.shell.output import DEFAULT_BUFFER_BYTES, OutputBuffer, Redactor
 from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
@@ -15,6 +24,8 @@ __all__ = [
     "BWRAP_PATH",
     "DEFAULT_BUFFER_BYTES",
     "INHERITED_ENV",
+    "MIN_SECRET_CHARS",
+    "PROVIDER_KEY_VARS",
     "SAFE_PATH",
     "SIGNALS",
     "LocalProcesses",
@@ -38,4 +49,5 @@ __all__ = [
     "not_found",
     "read_dotenv",
     "scrubbed_env",
+    "secrets_to_hide",
 ]

@@ -67,6 +67,35 @@ def read_dotenv(path: Path) -> dict[str, str]:
     return out
 
 
+#: Environment variables holding the runtime's own provider keys (plus whatever
+#: a persona's model or the memory settings name in ``api_key_env``).
+PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "EXA_API_KEY")
+#: Values shorter than this are not redacted: they would mangle ordinary text
+#: and hide nothing.
+MIN_SECRET_CHARS = 4
+
+
+def secrets_to_hide(
+    persona_dir: Path | None,
+    *,
+    key_vars: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Every value that must never be shown: all of the persona's ``.env``
+    values and the runtime's provider keys, by name (for ``[redacted:NAME]``)."""
+    source = os.environ if environ is None else environ
+    hidden: dict[str, str] = {}
+    for name in dict.fromkeys([*PROVIDER_KEY_VARS, *key_vars]):
+        value = source.get(name, "")
+        if len(value) >= MIN_SECRET_CHARS:
+            hidden[name] = value
+    if persona_dir is not None:
+        for name, value in read_dotenv(persona_dir / ".env").items():
+            if len(value) >= MIN_SECRET_CHARS:
+                hidden[name] = value
+    return hidden
+
+
 def load_secrets(persona_dir: Path | None, names: Iterable[str], persona: str) -> dict[str, str]:
     """The named secrets from ``persona_dir/.env``; ToolError names any missing."""
     wanted = list(dict.fromkeys(names))
@@ -86,9 +115,12 @@ def load_secrets(persona_dir: Path | None, names: Iterable[str], persona: str) -
 
 __all__ = [
     "INHERITED_ENV",
+    "MIN_SECRET_CHARS",
+    "PROVIDER_KEY_VARS",
     "SAFE_PATH",
     "SECRET_NAME_RE",
     "load_secrets",
     "read_dotenv",
     "scrubbed_env",
+    "secrets_to_hide",
 ]

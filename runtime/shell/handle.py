@@ -35,7 +35,7 @@ class ProcessHandle:
         self.id = pid_id or new_process_id()
         self.spec = spec
         self.buffer = OutputBuffer(spec.buffer_bytes)
-        self._redactor = Redactor(spec.secrets)
+        self._redactor = Redactor({**spec.redact, **spec.secrets})
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.started_at = 0.0

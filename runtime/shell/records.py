@@ -18,7 +18,10 @@ class StartSpec:
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    # Set in the command's environment (and hidden from its output).
     secrets: dict[str, str] = field(default_factory=dict)
+    # Hidden from its output too: every other secret the command could find.
+    redact: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     buffer_bytes: int = DEFAULT_BUFFER_BYTES
 

@@ -20,20 +20,29 @@ def bwrap_available(path: str = BWRAP_PATH) -> str | None:
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How a persona's commands are confined (``bwrap=None``: not confined)."""
+    """How a persona's commands are confined (``bwrap=None``: not confined).
+
+    Inside bubblewrap a command has no network (its own empty network
+    namespace, so not even the runtime's ports on loopback) unless
+    ``network`` is true; unconfined commands share the runtime's network.
+    """
 
     workspace: Path
     access: AccessLevel = "workspace"
     persona_dir: Path | None = None
     home: Path | None = None
     bwrap: str | None = None
+    network: bool = False
 
     def argv(self, command: str, cwd: Path) -> list[str]:
         shell = ["/bin/sh", "-c", command]
         if self.bwrap is None:
             return shell
         ws = str(self.workspace)
-        argv = [self.bwrap, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/"]
+        argv = [self.bwrap, "--die-with-parent", "--unshare-pid"]
+        if not self.network:
+            argv.append("--unshare-net")
+        argv += ["--ro-bind", "/", "/"]
         argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         # Hide the runtime user's home, the coterie home (every persona, their
         # .env files) and the persona's own directory, then bring back the workspace.
@@ -72,8 +81,12 @@ class SandboxChoice:
         access: AccessLevel,
         persona_dir: Path | None,
         home: Path | None,
+        *,
+        network: bool = False,
     ) -> Sandbox:
-        return Sandbox(workspace, access, persona_dir, home, self.bwrap)
+        """The confinement of one command; ``network``: whether a sandboxed
+        command may use the network (see :class:`Sandbox`)."""
+        return Sandbox(workspace, access, persona_dir, home, self.bwrap, network)
 
 
 __all__ = ["BWRAP_PATH", "Sandbox", "SandboxChoice", "bwrap_available"]
