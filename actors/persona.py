@@ -68,7 +68,7 @@ class PersonaActor:
             messenger=self.directory,
             memory=memory,
             # One actor per command, on this node, owned by this actor.
-            processes=ShellProcesses(),
+            processes=ShellProcesses(max_processes=settings.max_background_processes),
             roster=roster,
             history_loader=self._load_history,
             settings=settings,

@@ -93,9 +93,10 @@ class ShellProcesses(ProcessTable):
         bwrap: str | None = "auto",
         node_id: str | None = None,
         spares: int = 1,
+        max_processes: int = 16,
     ) -> None:
         self.node_id = node_id or ray.get_runtime_context().get_node_id()
-        super().__init__(self._new_slot, bwrap=bwrap, spares=spares)
+        super().__init__(self._new_slot, bwrap=bwrap, spares=spares, max_processes=max_processes)
 
     def _new_slot(self) -> RaySlot:
         actor: Any = ShellProcessActorRemote.options(  # type: ignore[attr-defined]

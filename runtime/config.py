@@ -241,7 +241,27 @@ class RuntimeSettings(_Strict):
     web: WebSettings = Field(default_factory=lambda: WebSettings())
     unsandboxed_shell: Literal["deny", "allow"] = Field(
         default="deny",
-        description="without bubblewrap, whether workspace and readonly personas get a shell",
+        description="without bubblewrap, whether workspace personas get a shell",
+    )
+    max_conversations: int = Field(
+        default=1000,
+        ge=1,
+        description="conversations a persona actor keeps in memory (idle ones beyond it are "
+        "dropped and rebuilt from the audit log on their next message)",
+    )
+    max_history_messages: int = Field(
+        default=2000,
+        ge=10,
+        description="messages of one conversation kept for the model (older ones stay in the "
+        "audit log)",
+    )
+    max_background_processes: int = Field(
+        default=16, ge=1, description="shell processes a persona may hold at once"
+    )
+    spill_retention_days: float = Field(
+        default=7.0,
+        gt=0,
+        description="days the full text of a cut tool result stays in the persona's .spill",
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,12 +53,15 @@ from runtime.messages import (
 )
 from runtime.models.base import Model
 from runtime.prompt import build_system_prompt
-from runtime.runner import ToolRunner, error_result
+from runtime.runner import ToolRunner, error_result, remove_old_spills
 from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 from runtime.shell.env import secrets_to_hide
 from runtime.tool import ToolRegistry
 
 log = logging.getLogger("coterie.persona")
+
+#: Seconds between two sweeps of old spill files.
+SPILL_SWEEP_INTERVAL = 3600.0
 
 #: Rebuilds a conversation (messages and todo list) after a restart or passivation.
 HistoryLoader = Callable[[str], Awaitable[ConversationRecord]]
@@ -83,6 +87,26 @@ class _ConversationSlot:
 
     def persona_sourced_queued(self) -> int:
         return sum(p.envelope.source_kind == "persona" for p in self.queue)
+
+    def idle(self) -> bool:
+        """No turn running and nothing waiting: safe to drop from memory."""
+        running = self.worker is not None and not self.worker.done()
+        return not (running or self.in_turn or self.queue or self.carried)
+
+
+def trim_history(history: Sequence[ChatMessage], cap: int) -> list[ChatMessage]:
+    """The newest messages of ``history``, at most ``cap``, starting at a user
+    message (so no tool result is kept without the call it answers).
+
+    What is dropped stays in the audit log; only the model stops seeing it.
+    """
+    if len(history) <= cap:
+        return list(history)
+    starts = [i for i, m in enumerate(history) if isinstance(m, UserMessage)]
+    inside = [i for i in starts if i >= len(history) - cap]
+    # No user message in the window (one very long turn): keep that whole turn.
+    start = inside[0] if inside else max((i for i in starts), default=0)
+    return list(history[start:])
 
 
 def unanswered_calls(history: Sequence[ChatMessage]) -> list[ToolResultMessage]:
@@ -161,6 +185,8 @@ class PersonaRuntime:
         self.closing = False
         # The workspace is where the file and shell tools work: it exists.
         persona.workspace.mkdir(parents=True, exist_ok=True)
+        self._spills_swept = 0.0
+        self._sweep_spills()
         cfg = persona.config
         self.loop = TurnLoop(
             model=model,
@@ -169,7 +195,8 @@ class PersonaRuntime:
             max_steps=cfg.max_steps,
             max_tokens=cfg.model.max_tokens,
         )
-        self._slots: dict[str, _ConversationSlot] = {}
+        # Least recently used first: idle ones beyond max_conversations go.
+        self._slots: OrderedDict[str, _ConversationSlot] = OrderedDict()
         self.turns_run = 0
         self.last_activity = time.monotonic()
 
@@ -218,7 +245,31 @@ class PersonaRuntime:
         if slot is None:
             slot = _ConversationSlot(Conversation(conversation_id))
             self._slots[conversation_id] = slot
+            self._evict_idle(keep=conversation_id)
+        else:
+            self._slots.move_to_end(conversation_id)
         return slot
+
+    def _evict_idle(self, *, keep: str) -> None:
+        """Drop the least recently used idle conversations beyond the cap.
+
+        Only when they can come back: with a history loader (the audit log) a
+        dropped conversation is rebuilt on its next message; without one,
+        dropping it would forget it, so nothing is dropped.
+        """
+        excess = len(self._slots) - self.settings.max_conversations
+        if excess <= 0 or self.history_loader is None:
+            return
+        for conversation_id, slot in list(self._slots.items()):
+            if excess <= 0:
+                break
+            if conversation_id != keep and slot.idle():
+                del self._slots[conversation_id]
+                excess -= 1
+
+    def conversations(self) -> int:
+        """How many conversations are held in memory."""
+        return len(self._slots)
 
     # -- accepting messages ----------------------------------------------
 
@@ -336,7 +387,9 @@ class PersonaRuntime:
             # turn, and the next one tries again instead of forgetting the past.
             if self.history_loader is not None and not conversation.history:
                 record = await self.history_loader(conversation.id)
-                conversation.history = list(record.messages)
+                conversation.history = trim_history(
+                    record.messages, self.settings.max_history_messages
+                )
                 conversation.todos = list(record.todos)
                 rebuilt = True
             slot.loaded = True
@@ -412,7 +465,20 @@ class PersonaRuntime:
             self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}", False)
             raise
         self._record_end(ctx, started, result.status, result.steps, None, result.interrupted)
+        conversation.history = trim_history(
+            conversation.history, self.settings.max_history_messages
+        )
+        self._sweep_spills()
         return result, turn_id
+
+    def _sweep_spills(self) -> None:
+        """Delete cut tool results older than ``spill_retention_days`` (at most
+        once an hour)."""
+        now = time.time()
+        if now - self._spills_swept < SPILL_SWEEP_INTERVAL:
+            return
+        self._spills_swept = now
+        remove_old_spills(self.spill_dir, older_than=self.settings.spill_retention_days * 86_400)
 
     def _hidden(self) -> dict[str, str]:
         """What no tool result of this turn may show: every value of the
@@ -484,4 +550,4 @@ class PersonaRuntime:
         await self.model.aclose()
 
 
-__all__ = ["HistoryLoader", "PersonaRuntime", "render_input", "unanswered_calls"]
+__all__ = ["HistoryLoader", "PersonaRuntime", "render_input", "trim_history", "unanswered_calls"]

@@ -12,9 +12,13 @@ schema echoed), ``repeated_call`` (blocked by the loop's guard) and
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 import logging
+import os
+import re
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +66,42 @@ def to_text(value: Any) -> str:
     if value is None:
         return "ok"
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def safe_name(raw: str) -> str:
+    """``raw`` (an id a model server chose) as a plain file name.
+
+    Anything but letters, digits, ``_`` and ``-`` becomes ``_`` (no ``/``,
+    no ``..``); a changed or over-long name gets a short hash of the original,
+    so that two ids never share a file.
+    """
+    clean = _UNSAFE.sub("_", raw)[:64]
+    if clean == raw and clean:
+        return clean
+    digest = hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    return f"{clean}-{digest}"
+
+
+def remove_old_spills(spill_dir: Path, *, older_than: float, now: float | None = None) -> int:
+    """Delete the turn folders of ``spill_dir`` not touched for ``older_than``
+    seconds; returns how many went."""
+    cutoff = (time.time() if now is None else now) - older_than
+    removed = 0
+    try:
+        entries = list(os.scandir(spill_dir))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
+                shutil.rmtree(entry.path)
+                removed += 1
+        except OSError as exc:  # in use, or gone meanwhile: the next sweep tries again
+            log.warning("could not remove old spill folder %s: %s", entry.path, exc)
+    return removed
 
 
 def cap_output(text: str, *, cap: int, spill_path: Path) -> str:
@@ -208,7 +248,7 @@ class ToolRunner:
         text = cap_output(
             ctx.redact(to_text(value)),
             cap=self.output_cap,
-            spill_path=ctx.spill_dir / ctx.turn_id / f"{call.id}.txt",
+            spill_path=ctx.spill_dir / safe_name(ctx.turn_id) / f"{safe_name(call.id)}.txt",
         )
         return ToolOutcome(call, text, None, terminal=spec.terminal)
 
@@ -222,4 +262,12 @@ def _consume(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-__all__ = ["ToolOutcome", "ToolRunner", "cap_output", "error_result", "to_text"]
+__all__ = [
+    "ToolOutcome",
+    "ToolRunner",
+    "cap_output",
+    "error_result",
+    "remove_old_spills",
+    "safe_name",
+    "to_text",
+]

@@ -53,6 +53,8 @@ class ProcessTable(SandboxChoice):
 
     ``new_slot`` makes an empty slot; ``spares`` slots are kept ready after
     the first start (worth it when a slot is costly to create, like an actor).
+    At most ``max_processes`` are held at once (running or finished but not
+    removed); one more is refused with ``limit_reached``.
     """
 
     def __init__(
@@ -61,12 +63,14 @@ class ProcessTable(SandboxChoice):
         *,
         bwrap: str | None = "auto",
         spares: int = 0,
+        max_processes: int = 16,
     ) -> None:
         super().__init__(bwrap=bwrap)
-        if spares < 0:
-            raise ValueError("spares must be >= 0")
+        if spares < 0 or max_processes < 1:
+            raise ValueError("need spares >= 0 and max_processes >= 1")
         self._new_slot = new_slot
         self.spares = spares
+        self.max_processes = max_processes
         self._slots: dict[str, Slot] = {}
         self._spare: list[Slot] = []
 
@@ -86,6 +90,13 @@ class ProcessTable(SandboxChoice):
         return len(self._slots)
 
     async def start(self, spec: StartSpec) -> str:
+        if len(self._slots) >= self.max_processes:
+            raise ToolError(
+                "limit_reached",
+                f"this persona already holds {len(self._slots)} processes "
+                f"(max_background_processes: {self.max_processes}); remove finished ones "
+                "with process action=remove, or cancel one with task_cancel",
+            )
         pid = new_process_id()
         slot = self._take_slot()
         try:
@@ -147,8 +158,8 @@ class ProcessTable(SandboxChoice):
 class LocalProcesses(ProcessTable):
     """A :class:`ProcessTable` whose commands run in this process (no Ray)."""
 
-    def __init__(self, *, bwrap: str | None = "auto") -> None:
-        super().__init__(ProcessSlot, bwrap=bwrap)
+    def __init__(self, *, bwrap: str | None = "auto", max_processes: int = 16) -> None:
+        super().__init__(ProcessSlot, bwrap=bwrap, max_processes=max_processes)
 
 
 __all__ = ["LocalProcesses", "ProcessTable", "Slot", "not_found"]
