@@ -383,3 +383,69 @@ async def test_group_alive_follows_the_members(tmp_path: Path) -> None:
     assert group_alive(h.pid)
     await h.stop(grace=0.5)
     await until(lambda: not group_alive(h.pid or 0), "every member to be gone")
+
+
+# ---------------------------------------------------------------- network rails
+
+
+def test_sandbox_network_flag(tmp_path: Path) -> None:
+    # Built from the service, as tools/shell.py does; no bwrap needed to build argv.
+    choice = LocalProcesses(bwrap="/usr/bin/bwrap")
+    closed = choice.sandbox(tmp_path, "workspace", None, None)
+    opened = choice.sandbox(tmp_path, "workspace", None, None, network=True)
+    assert closed.network is False and opened.network is True
+    assert "--unshare-net" in closed.argv("true", tmp_path)
+    assert "--unshare-net" not in opened.argv("true", tmp_path)
+    # Unconfined, nothing changes: there is no namespace to give or withhold.
+    loose = LocalProcesses(bwrap=None)
+    for network in (False, True):
+        box = loose.sandbox(tmp_path, "workspace", None, None, network=network)
+        assert box.argv("true", tmp_path) == ["/bin/sh", "-c", "true"]
+
+
+def connect_probe(port: int) -> str:
+    """A shell command connecting to 127.0.0.1:``port``: prints ``connected``,
+    or ``no-connect <error>`` and exits 3 (127 would mean python3 is missing)."""
+    import shlex  # here, not at the top: these tests were appended to the file
+
+    code = (
+        "import socket, sys\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), 2).close()\n"
+        "except OSError as exc:\n"
+        "    print('no-connect', type(exc).__name__)\n"
+        "    sys.exit(3)\n"
+        "print('connected')\n"
+    )
+    return f"python3 -c {shlex.quote(code)}"
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (/usr/bin/bwrap) is not installed")
+async def test_bwrap_has_no_network_unless_allowed(tmp_path: Path) -> None:
+    import socket
+
+    _, pdir, ws = persona_tree(tmp_path)
+    # A port of "the runtime" on loopback (Ray's are there too); the backlog
+    # completes the connection without anyone calling accept().
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        command = connect_probe(listener.getsockname()[1])
+        outcomes: dict[bool, tuple[int | None, str]] = {}
+        for network in (False, True):
+            box = Sandbox(ws, "workspace", pdir, None, bwrap_available(), network=network)
+            h = ProcessHandle(
+                StartSpec(
+                    command=command,
+                    argv=box.argv(command, ws),
+                    cwd=str(ws),
+                    env=scrubbed_env(home=ws),
+                )
+            )
+            await h.start()
+            assert await h.wait(20)
+            outcomes[network] = (h.exit_code, h.read(0).chunk)
+            await h.close()
+    code, out = outcomes[False]
+    assert code == 3 and out.startswith("no-connect "), out
+    assert outcomes[True] == (0, "connected\n")

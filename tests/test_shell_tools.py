@@ -302,3 +302,36 @@ async def test_readonly_with_bwrap_cannot_write(tmp_path: Path) -> None:
         assert (await run(ctx2, command="echo x > f.txt && cat f.txt")) == "exit=0\nx\n"
     finally:
         await svc.close()
+
+
+@pytest.mark.skipif(bwrap_available() is None, reason="bubblewrap is not installed")
+async def test_sandboxed_shell_network_follows_the_persona_setting(tmp_path: Path) -> None:
+    # Imported here, not at the top: this test was appended to the file.
+    import shlex
+    import socket
+
+    from runtime.config import NetworkSettings
+
+    svc = LocalProcesses()
+    try:
+        with socket.socket() as listener:  # a runtime port on loopback, as Ray's are
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(8)
+            code = (
+                "import socket\n"
+                "try:\n"
+                f"    socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), 2)\n"
+                "    print('connected')\n"
+                "except OSError as exc:\n"
+                "    print('no-connect', type(exc).__name__)\n"
+            )
+            probe = f"python3 -c {shlex.quote(code)}"
+            ctx = ctx_for(tmp_path, svc)
+            assert ctx.network.shell is False  # the default
+            closed = await run(ctx, command=probe)
+            ctx.network = NetworkSettings(shell=True)
+            opened = await run(ctx, command=probe)
+        assert re.fullmatch(r"exit=0\nno-connect \w+\n", closed), closed
+        assert opened == "exit=0\nconnected\n"
+    finally:
+        await svc.close()

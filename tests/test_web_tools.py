@@ -1,4 +1,8 @@
-"""web_fetch and web_search against local aiohttp servers on 127.0.0.1."""
+"""web_fetch and web_search against local aiohttp servers on 127.0.0.1.
+
+web_fetch refuses loopback by default (see tests/test_network_rails.py): these
+fetches run with ``network: allow: ["127.0.0.1"]``.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from runtime.config import RuntimeSettings, WebSettings
+from runtime.config import NetworkSettings, RuntimeSettings, WebSettings
 from runtime.errors import ToolError
 from runtime.tool import ToolRegistry
 from tests.helpers import make_ctx
@@ -191,8 +195,12 @@ async def server() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+# The test server's address, which web_fetch refuses unless allowed.
+LOCAL = NetworkSettings(allow=["127.0.0.1"])
+
+
 async def fetch(url: str, *, web: WebSettings | None = None, **kw: Any) -> str:
-    ctx = make_ctx(settings=RuntimeSettings(web=web or WebSettings()))
+    ctx = make_ctx(settings=RuntimeSettings(web=web or WebSettings()), network=LOCAL)
     result = await web_fetch.fn(WebFetchArgs(url=url, **kw), ctx)
     assert isinstance(result, str)
     return result

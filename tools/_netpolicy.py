@@ -76,10 +76,10 @@ def non_public_reason(address: IPAddress) -> str | None:
         return "multicast"
     if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
         return "site-local"
+    if address.is_reserved:  # before private: Python files 240.0.0.0/4 under both
+        return "reserved"
     if address.is_private:
         return "private"
-    if address.is_reserved:
-        return "reserved"
     if not address.is_global:
         return "not globally routable"
     return None
