@@ -21,7 +21,7 @@ from runtime.errors import ToolError
 from runtime.tool import ToolSpec
 from tests.helpers import make_ctx
 from tools import files as F
-from tools._paths import resolve_path, workspace_path
+from tools._paths import Target, resolve_path, workspace_path
 
 # The real writer, taken before any test wraps it.
 _REAL_WRITE = F._atomic_write
@@ -79,10 +79,11 @@ def writes_confined_to(root: Path) -> Iterator[None]:
     this is active every write goes through a guard that only lets paths
     under ``root``."""
 
-    def guarded(path: Path, data: bytes) -> None:
-        if not path.resolve().is_relative_to(root.resolve()):
-            raise AssertionError(f"a write escaped the test world: {path}")
-        _REAL_WRITE(path, data)
+    def guarded(ctx: TurnContext, target: Target, data: bytes, *rest: Any) -> Any:
+        for path in (target.path, target.root.joinpath(*target.parts)):
+            if not path.resolve().is_relative_to(root.resolve()):
+                raise AssertionError(f"a write escaped the test world: {path}")
+        return _REAL_WRITE(ctx, target, data, *rest)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(F, "_atomic_write", guarded)

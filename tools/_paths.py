@@ -10,12 +10,18 @@ directories and ``.env`` files (secrets) are always refused.
 Writes also depend on the access level: ``readonly`` writes nothing,
 ``workspace`` writes only inside the workspace, ``full`` writes anywhere in
 the allowed roots.
+
+A check on a path string holds only until someone changes the tree, so the
+file tools take a :class:`Target` from :func:`locate` (the allowed root and
+the parts below it) and do their I/O through :mod:`tools._fs`, which walks
+those parts without following symlinks.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.context import TurnContext
@@ -68,14 +74,35 @@ def within(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
+@dataclass(frozen=True)
+class Target:
+    """A path that passed the rails at the moment it was checked.
+
+    ``path`` is the real (symlink-free) path, ``root`` the allowed root it is
+    under (the deepest one when roots nest) and ``parts`` the components of
+    ``path`` below ``root`` (empty when ``path`` is the root itself).
+    """
+
+    path: Path
+    root: Path
+    parts: tuple[str, ...]
+
+
 def resolve_path(ctx: TurnContext, raw: str, *, write: bool) -> Path:
     """``raw`` as a real path inside the rails; ToolError otherwise.
 
     Kinds: ``invalid_path`` (empty, NUL byte, too long, unresolvable),
     ``path_denied`` (outside the allowed roots, another persona's directory, a
     ``.env`` file, or a write the access level forbids), ``unavailable`` (no
-    workspace). Existence is not checked here.
+    workspace). Existence is not checked here. The answer is only as good as
+    the moment of the check: tools that then do I/O use :func:`locate`.
     """
+    return locate(ctx, raw, write=write).path
+
+
+def locate(ctx: TurnContext, raw: str, *, write: bool) -> Target:
+    """Like :func:`resolve_path`, also naming the allowed root the path is
+    under and the path relative to it, for symlink-proof I/O (:mod:`tools._fs`)."""
     if ctx.workspace is None:
         raise ToolError("unavailable", "this persona has no workspace")
     _check_raw(raw)
@@ -102,7 +129,8 @@ def resolve_path(ctx: TurnContext, raw: str, *, write: bool) -> Path:
             if owner != ctx.persona:
                 raise ToolError("path_denied", f"{raw!r} belongs to another persona ({owner})")
     roots = allowed_roots(ctx)
-    if not any(within(resolved, root) for root in roots):
+    holding = [root for root in roots if within(resolved, root)]
+    if not holding:
         listing = ", ".join(str(r) for r in roots)
         raise ToolError("path_denied", f"{raw!r} is outside the allowed roots ({listing})")
     if write and ctx.access != "full" and not within(resolved, workspace):
@@ -111,7 +139,8 @@ def resolve_path(ctx: TurnContext, raw: str, *, write: bool) -> Path:
             f"{raw!r} is outside the workspace ({workspace}); this persona may only "
             "write inside its workspace",
         )
-    return resolved
+    root = max(holding, key=lambda r: len(r.parts))
+    return Target(path=resolved, root=root, parts=resolved.relative_to(root).parts)
 
 
 def display(ctx: TurnContext, path: Path) -> str:
@@ -142,17 +171,32 @@ def _check_raw(raw: str) -> None:
         raise ToolError("invalid_path", f"a path component is longer than {MAX_NAME_BYTES} bytes")
 
 
+_RESOLVE_ATTEMPTS = 10
+
+
 def _resolve(candidate: Path, raw: str) -> Path:
-    try:
-        return candidate.resolve(strict=False)
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise ToolError("invalid_path", f"cannot resolve {raw!r}: {exc}") from exc
+    attempts = _RESOLVE_ATTEMPTS
+    while True:
+        attempts -= 1
+        try:
+            return candidate.resolve(strict=False)
+        except OSError as exc:
+            # realpath() reads a link it has just lstat'ed: a link swapped
+            # back for a folder in between fails with EINVAL. Such a race
+            # passes on another try; a path that keeps failing is refused.
+            if attempts:
+                continue
+            raise ToolError("invalid_path", f"cannot resolve {raw!r}: {exc}") from exc
+        except (RuntimeError, ValueError) as exc:
+            raise ToolError("invalid_path", f"cannot resolve {raw!r}: {exc}") from exc
 
 
 __all__ = [
+    "Target",
     "allowed_roots",
     "display",
     "is_secret",
+    "locate",
     "resolve_path",
     "temp_root",
     "within",

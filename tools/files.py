@@ -1,9 +1,12 @@
 """File tools: file_read, file_write, file_edit, file_list, glob, grep.
 
-Every path goes through :func:`tools._paths.resolve_path`: relative paths
-land in the workspace, absolute ones must be inside the persona's allowed
-roots, and the access level decides where writes may go. The write tools are
-hidden from read-only personas.
+Every path goes through :func:`tools._paths.locate`: relative paths land
+in the workspace, absolute ones must be inside the persona's allowed roots,
+and the access level decides where writes may go. The write tools are hidden
+from read-only personas. The I/O itself goes through :mod:`tools._fs`, which
+walks the checked path without following symlinks, so a folder or file
+swapped for a link after the check is refused instead of followed out of the
+roots.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import asyncio
 import contextlib
 import os
 import re
-import tempfile
-from collections.abc import Iterator
+import stat
+from collections.abc import Generator
 from pathlib import Path
 
 import pathspec
@@ -22,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.context import TurnContext
 from runtime.errors import ToolError
 from runtime.tool import tool
+from tools import _fs
 from tools._edit import edit_text
-from tools._paths import display, is_secret, resolve_path, within
+from tools._paths import Target, display, is_secret, locate, within
 
 READ_MAX_FILE_BYTES = 10 * 1024 * 1024
 READ_DEFAULT_LINES = 2000
@@ -35,6 +39,7 @@ GLOB_MAX_RESULTS = 200
 GREP_MAX_LINE_CHARS = 300
 GREP_MAX_FILE_BYTES = 5 * 1024 * 1024
 BINARY_SNIFF_BYTES = 8192
+GITIGNORE_MAX_BYTES = 1024 * 1024
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
 
 
@@ -42,24 +47,41 @@ def _can_write(ctx: TurnContext) -> bool:
     return ctx.access != "readonly"
 
 
+def _show(ctx: TurnContext) -> _fs.Show:
+    return lambda path: display(ctx, path)
+
+
 # --- reading -------------------------------------------------------------
 
 
-def _load_text(ctx: TurnContext, path: Path, max_bytes: int) -> str:
-    """The file's text; ToolError for missing, directory, binary, non-UTF-8, huge."""
-    shown = display(ctx, path)
-    if not path.exists():
-        raise ToolError("not_found", f"{shown} does not exist")
-    if path.is_dir():
-        raise ToolError("is_directory", f"{shown} is a directory; use file_list")
-    if not path.is_file():
-        raise ToolError("invalid_path", f"{shown} is not a regular file")
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise ToolError(
-            "too_large", f"{shown} is {size} bytes; the limit is {max_bytes} bytes for this tool"
+def _load_text(ctx: TurnContext, target: Target, max_bytes: int) -> str:
+    """The file's text; ToolError for missing, directory, binary, non-UTF-8,
+    huge, unreadable, or a symlink where the checked path had none."""
+    shown = display(ctx, target.path)
+
+    def check(st: os.stat_result) -> None:
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError("is_directory", f"{shown} is a directory; use file_list")
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError("invalid_path", f"{shown} is not a regular file")
+        if st.st_size > max_bytes:
+            raise ToolError(
+                "too_large",
+                f"{shown} is {st.st_size} bytes; the limit is {max_bytes} bytes for this tool",
+            )
+
+    try:
+        data = _fs.read_file(
+            target.root, target.parts, limit=max_bytes, check=check, show=_show(ctx)
         )
-    data = path.read_bytes()
+    except OSError as exc:
+        raise ToolError("unreadable", f"could not read {shown}: {exc.strerror}") from exc
+    if len(data) > max_bytes:
+        raise ToolError(
+            "too_large",
+            f"{shown} grew past {max_bytes} bytes while it was read; the limit is "
+            f"{max_bytes} bytes for this tool",
+        )
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
         raise ToolError("binary_file", f"{shown} looks binary (it contains NUL bytes)")
     try:
@@ -120,39 +142,20 @@ async def file_read(args: FileReadArgs, ctx: TurnContext) -> str:
     """Read a UTF-8 text file as numbered lines (`N<tab>text`). offset is the
     first line (1-based), limit the number of lines (default 2000); long lines
     and long outputs are cut with a note saying how to continue."""
-    path = resolve_path(ctx, args.path, write=False)
-    text = await asyncio.to_thread(_load_text, ctx, path, READ_MAX_FILE_BYTES)
+    target = await asyncio.to_thread(locate, ctx, args.path, write=False)
+    text = await asyncio.to_thread(_load_text, ctx, target, READ_MAX_FILE_BYTES)
     return render_lines(text, args.offset, args.limit)
 
 
 # --- writing -------------------------------------------------------------
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _check_parents(ctx: TurnContext, path: Path) -> None:
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ToolError("invalid_path", f"{display(ctx, parent)} is a file, not a folder")
-            return
+def _atomic_write(
+    ctx: TurnContext, target: Target, data: bytes, check: _fs.WriteCheck | None = None
+) -> os.stat_result | None:
+    """Write via a temp file in the same folder renamed over the target (see
+    :func:`tools._fs.atomic_write`); the status of the file replaced, if any."""
+    return _fs.atomic_write(target.root, target.parts, data, check=check, show=_show(ctx))
 
 
 class FileWriteArgs(BaseModel):
@@ -168,8 +171,8 @@ async def file_write(args: FileWriteArgs, ctx: TurnContext) -> str:
     """Write a whole UTF-8 text file (at most 1 MB), creating missing parent
     folders. An existing file is only replaced with overwrite: true; to change
     part of a file use file_edit. The write is atomic."""
-    path = resolve_path(ctx, args.path, write=True)
-    shown = display(ctx, path)
+    target = await asyncio.to_thread(locate, ctx, args.path, write=True)
+    shown = display(ctx, target.path)
     try:
         data = args.content.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -178,21 +181,25 @@ async def file_write(args: FileWriteArgs, ctx: TurnContext) -> str:
         raise ToolError(
             "too_large", f"content is {len(data)} bytes; the limit is {WRITE_MAX_BYTES} bytes"
         )
-    async with ctx.services.file_locks(path):
-        if path.is_dir():
+
+    def check(st: os.stat_result | None) -> None:
+        if st is None:
+            return
+        if stat.S_ISDIR(st.st_mode):
             raise ToolError("is_directory", f"{shown} is a directory")
-        existed = path.exists()
-        if existed and not args.overwrite:
+        if not args.overwrite:
             raise ToolError(
                 "already_exists",
                 f"{shown} already exists; pass overwrite: true to replace it, or use "
                 "file_edit to change part of it",
             )
-        _check_parents(ctx, path)
+
+    async with ctx.services.file_locks(target.path):
         try:
-            await asyncio.to_thread(_atomic_write, path, data)
+            replaced = await asyncio.to_thread(_atomic_write, ctx, target, data, check)
         except OSError as exc:
             raise ToolError("write_failed", f"could not write {shown}: {exc.strerror}") from exc
+    existed = replaced is not None
     lines = args.content.count("\n") + (0 if args.content.endswith("\n") or not data else 1)
     verb = "overwrote" if existed else "wrote"
     return f"{verb} {shown} ({len(data)} bytes, {lines} lines)"
@@ -216,11 +223,13 @@ async def file_edit(args: FileEditArgs, ctx: TurnContext) -> str:
     If it is not found exactly, tolerant matching (indentation, whitespace,
     escapes) is tried and the result says which matcher was used. Line endings
     and a UTF-8 BOM are kept. Create new files with file_write."""
-    path = resolve_path(ctx, args.path, write=True)
-    shown = display(ctx, path)
-    async with ctx.services.file_locks(path):
-        raw = await asyncio.to_thread(_load_text, ctx, path, WRITE_MAX_BYTES)
-        result = edit_text(raw, args.old_text, args.new_text, replace_all=args.replace_all)
+    target = await asyncio.to_thread(locate, ctx, args.path, write=True)
+    shown = display(ctx, target.path)
+    async with ctx.services.file_locks(target.path):
+        raw = await asyncio.to_thread(_load_text, ctx, target, WRITE_MAX_BYTES)
+        result = await asyncio.to_thread(
+            edit_text, raw, args.old_text, args.new_text, replace_all=args.replace_all
+        )
         try:
             data = result.text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -228,7 +237,7 @@ async def file_edit(args: FileEditArgs, ctx: TurnContext) -> str:
         if len(data) > WRITE_MAX_BYTES:
             raise ToolError("too_large", f"the edited file would exceed {WRITE_MAX_BYTES} bytes")
         try:
-            await asyncio.to_thread(_atomic_write, path, data)
+            await asyncio.to_thread(_atomic_write, ctx, target, data)
         except OSError as exc:
             raise ToolError("write_failed", f"could not write {shown}: {exc.strerror}") from exc
     where = (
@@ -264,17 +273,20 @@ class _Ignore:
                 current = current.parent
         ignore = cls([])
         for directory in reversed(dirs):
-            ignore = ignore.entered(directory)
+            dir_fd = _fs.open_dir(root, directory.relative_to(root).parts, show=_show(ctx))
+            try:
+                ignore = ignore.entered(dir_fd, directory)
+            finally:
+                os.close(dir_fd)
         return ignore
 
-    def entered(self, directory: Path) -> _Ignore:
-        gitignore = directory / ".gitignore"
-        if not gitignore.is_file():
+    def entered(self, dir_fd: int, directory: Path) -> _Ignore:
+        """These rules plus those of the .gitignore in ``directory`` (open as
+        ``dir_fd``); a symlinked .gitignore is not followed."""
+        data = _fs.read_at(dir_fd, ".gitignore", GITIGNORE_MAX_BYTES)
+        if data is None:
             return self
-        try:
-            lines = gitignore.read_text("utf-8", errors="replace").splitlines()
-        except OSError:
-            return self
+        lines = data.decode("utf-8", errors="replace").splitlines()
         return _Ignore([*self.specs, (directory, pathspec.GitIgnoreSpec.from_lines(lines))])
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
@@ -288,34 +300,46 @@ class _Ignore:
 
 
 def _walk(
-    ctx: TurnContext, top: Path, *, gitignore: bool, max_depth: int | None = None
-) -> Iterator[tuple[Path, bool, int]]:
-    """``(path, is_dir, depth)`` under ``top`` in sorted order, never following
-    symlinked directories, skipping VCS folders and (optionally) ignored paths."""
-    base = _Ignore.above(ctx, top) if gitignore else _Ignore([])
+    ctx: TurnContext, top: Target, *, gitignore: bool, max_depth: int | None = None
+) -> Generator[tuple[Path, bool, int, int], None, None]:
+    """``(path, is_dir, depth, dir_fd)`` under ``top`` in sorted order, skipping
+    VCS folders and (optionally) ignored paths. ``dir_fd`` is the open folder
+    holding the entry, valid until the next item: read the entry relative to
+    it. Each folder is opened relative to its parent without following
+    symlinks, so a symlinked folder, even one swapped in during the walk, is
+    listed but never entered."""
+    base = _Ignore.above(ctx, top.path) if gitignore else _Ignore([])
 
-    def visit(directory: Path, ignore: _Ignore, depth: int) -> Iterator[tuple[Path, bool, int]]:
+    def visit(
+        dir_fd: int, directory: Path, ignore: _Ignore, depth: int
+    ) -> Generator[tuple[Path, bool, int, int], None, None]:
         if gitignore:
-            ignore = ignore.entered(directory)
+            ignore = ignore.entered(dir_fd, directory)
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            entries = _fs.scan(dir_fd)
         except OSError:
             return
-        for entry in entries:
-            path = Path(entry.path)
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-            except OSError:
+        for name, is_dir in entries:
+            if is_dir and name in SKIP_DIRS:
                 continue
-            if is_dir and entry.name in SKIP_DIRS:
-                continue
+            path = directory / name
             if gitignore and ignore.ignored(path, is_dir):
                 continue
-            yield path, is_dir, depth
+            yield path, is_dir, depth, dir_fd
             if is_dir and (max_depth is None or depth < max_depth):
-                yield from visit(path, ignore, depth + 1)
+                sub_fd = _fs.open_subdir(dir_fd, name)
+                if sub_fd is None:
+                    continue
+                try:
+                    yield from visit(sub_fd, path, ignore, depth + 1)
+                finally:
+                    os.close(sub_fd)
 
-    yield from visit(top, base, 1)
+    top_fd = _fs.open_dir(top.root, top.parts, listable=True, show=_show(ctx))
+    try:
+        yield from visit(top_fd, top.path, base, 1)
+    finally:
+        os.close(top_fd)
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
@@ -367,11 +391,13 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         raise ToolError("invalid_arguments", f"bad glob {pattern!r}: {exc}") from exc
 
 
-def _dir_arg(ctx: TurnContext, raw: str) -> Path:
-    path = resolve_path(ctx, raw, write=False)
-    if not path.exists():
-        raise ToolError("not_found", f"{display(ctx, path)} does not exist")
-    return path
+def _existing(ctx: TurnContext, raw: str) -> tuple[Target, os.stat_result]:
+    """``raw`` through the rails, with its status; ``not_found`` when missing."""
+    target = locate(ctx, raw, write=False)
+    st = _fs.stat_target(target.root, target.parts, show=_show(ctx))
+    if st is None:
+        raise ToolError("not_found", f"{display(ctx, target.path)} does not exist")
+    return target, st
 
 
 class FileListArgs(BaseModel):
@@ -387,19 +413,22 @@ class FileListArgs(BaseModel):
 async def file_list(args: FileListArgs, ctx: TurnContext) -> str:
     """List a folder's entries (sorted; folders end with /). depth > 1 walks
     sub-folders; at most 500 entries. Use glob to find files by pattern."""
-    top = _dir_arg(ctx, args.path)
-    if not top.is_dir():
+    target, st = await asyncio.to_thread(_existing, ctx, args.path)
+    top = target.path
+    if not stat.S_ISDIR(st.st_mode):
         raise ToolError("not_a_directory", f"{display(ctx, top)} is a file; use file_read")
 
     def run() -> list[str]:
         found: list[str] = []
-        for path, is_dir, _depth in _walk(ctx, top, gitignore=False, max_depth=args.depth):
-            if len(found) >= LIST_MAX_ENTRIES:
-                found.append(
-                    f"[listing cut at {LIST_MAX_ENTRIES} entries; use glob or a lower depth]"
-                )
-                break
-            found.append(path.relative_to(top).as_posix() + ("/" if is_dir else ""))
+        walk = _walk(ctx, target, gitignore=False, max_depth=args.depth)
+        with contextlib.closing(walk):
+            for path, is_dir, _depth, _dir_fd in walk:
+                if len(found) >= LIST_MAX_ENTRIES:
+                    found.append(
+                        f"[listing cut at {LIST_MAX_ENTRIES} entries; use glob or a lower depth]"
+                    )
+                    break
+                found.append(path.relative_to(top).as_posix() + ("/" if is_dir else ""))
         return found
 
     entries = await asyncio.to_thread(run)
@@ -422,19 +451,22 @@ class GlobArgs(BaseModel):
 async def glob(args: GlobArgs, ctx: TurnContext) -> str:
     """Find files whose path (relative to `path`) matches a glob pattern; `**`
     spans folders. .gitignore'd files are skipped. Sorted, at most 200."""
-    top = _dir_arg(ctx, args.path)
-    if not top.is_dir():
+    target, st = await asyncio.to_thread(_existing, ctx, args.path)
+    top = target.path
+    if not stat.S_ISDIR(st.st_mode):
         raise ToolError("not_a_directory", f"{display(ctx, top)} is a file")
     regex = _glob_regex(args.pattern.lstrip("/").removeprefix("./"))
 
     def run() -> tuple[list[str], bool]:
         found: list[str] = []
-        for path, is_dir, _depth in _walk(ctx, top, gitignore=True):
-            rel = path.relative_to(top).as_posix()
-            if not is_dir and regex.match(rel):
-                if len(found) >= GLOB_MAX_RESULTS:
-                    return found, True
-                found.append(rel)
+        walk = _walk(ctx, target, gitignore=True)
+        with contextlib.closing(walk):
+            for path, is_dir, _depth, _dir_fd in walk:
+                rel = path.relative_to(top).as_posix()
+                if not is_dir and regex.match(rel):
+                    if len(found) >= GLOB_MAX_RESULTS:
+                        return found, True
+                    found.append(rel)
         return found, False
 
     found, capped = await asyncio.to_thread(run)
@@ -463,52 +495,63 @@ async def grep(args: GrepArgs, ctx: TurnContext) -> str:
     sorted by path and line; binary and .gitignore'd files are skipped.
     include filters files by glob (matched against the name and the relative
     path)."""
-    top = _dir_arg(ctx, args.path)
+    target, st = await asyncio.to_thread(_existing, ctx, args.path)
+    top = target.path
     try:
         regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
     except re.error as exc:
         raise ToolError("invalid_arguments", f"bad regular expression: {exc}") from exc
     include = _glob_regex(args.include) if args.include else None
-    if top.is_file():
-        files: list[Path] = [top]
-        base = top.parent
-    else:
-        files = []
-        base = top
+    single = not stat.S_ISDIR(st.st_mode)
+    base = top.parent if single else top
 
-    def candidates() -> Iterator[Path]:
-        if files:
-            yield from files
+    def wanted(path: Path) -> bool:
+        rel = path.relative_to(base).as_posix()
+        if include and not (include.match(path.name) or include.match(rel)):
+            return False
+        return not is_secret(path)
+
+    def contents() -> Generator[tuple[Path, bytes], None, None]:
+        """Each file to search with its bytes, opened without following a
+        symlink relative to the folder it was found in; symlinks, special
+        files and huge files are skipped."""
+        if single:
+            if not wanted(top):
+                return
+            dir_fd, name = _fs.open_parent(target.root, target.parts, show=_show(ctx))
+            try:
+                data = _fs.read_at(dir_fd, name, GREP_MAX_FILE_BYTES)
+            finally:
+                os.close(dir_fd)
+            if data is not None:
+                yield top, data
             return
-        for path, is_dir, _depth in _walk(ctx, top, gitignore=True):
-            if not is_dir:
-                yield path
+        walk = _walk(ctx, target, gitignore=True)
+        with contextlib.closing(walk):
+            for path, is_dir, _depth, dir_fd in walk:
+                if is_dir or not wanted(path):
+                    continue
+                data = _fs.read_at(dir_fd, path.name, GREP_MAX_FILE_BYTES)
+                if data is not None:
+                    yield path, data
 
     def run() -> tuple[list[str], bool]:
         hits: list[str] = []
-        for path in candidates():
-            rel = path.relative_to(base).as_posix()
-            if include and not (include.match(path.name) or include.match(rel)):
-                continue
-            if path.is_symlink() or is_secret(path) or not path.is_file():
-                continue
-            try:
-                if path.stat().st_size > GREP_MAX_FILE_BYTES:
+        items = contents()
+        with contextlib.closing(items):
+            for path, data in items:
+                rel = path.relative_to(base).as_posix()
+                if b"\x00" in data[:BINARY_SNIFF_BYTES]:
                     continue
-                data = path.read_bytes()
-            except OSError:
-                continue
-            if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-                continue
-            text = data.decode("utf-8", errors="replace")
-            for number, line in enumerate(text.splitlines(), 1):
-                if regex.search(line):
-                    if len(hits) >= args.max_results:
-                        return hits, True
-                    snippet = line.strip()
-                    if len(snippet) > GREP_MAX_LINE_CHARS:
-                        snippet = snippet[:GREP_MAX_LINE_CHARS] + "…"
-                    hits.append(f"{rel}:{number}: {snippet}")
+                text = data.decode("utf-8", errors="replace")
+                for number, line in enumerate(text.splitlines(), 1):
+                    if regex.search(line):
+                        if len(hits) >= args.max_results:
+                            return hits, True
+                        snippet = line.strip()
+                        if len(snippet) > GREP_MAX_LINE_CHARS:
+                            snippet = snippet[:GREP_MAX_LINE_CHARS] + "…"
+                        hits.append(f"{rel}:{number}: {snippet}")
         return hits, False
 
     hits, capped = await asyncio.to_thread(run)
