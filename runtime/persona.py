@@ -398,15 +398,7 @@ class PersonaRuntime:
             for missing in unanswered_calls(conversation.history):
                 # The persona died mid-tool-call: its calls get a result, or no
                 # provider would accept the conversation again.
-                conversation.history.append(missing)
-                self.audit.record(
-                    HistoryAppended(
-                        persona=self.name,
-                        conversation_id=conversation.id,
-                        turn_id=turn_id,
-                        message=missing,
-                    )
-                )
+                self._append(conversation, turn_id, missing)
         envelopes = [p.envelope for p in batch]
         ask_path = list(dict.fromkeys(name for e in envelopes for name in e.ask_path))
         ctx = TurnContext(
@@ -442,15 +434,8 @@ class PersonaRuntime:
         )
         for pending in new:
             env = pending.envelope
-            message = UserMessage(text=render_input(env), source=env.sender)
-            conversation.history.append(message)
-            self.audit.record(
-                HistoryAppended(
-                    persona=self.name,
-                    conversation_id=conversation.id,
-                    turn_id=turn_id,
-                    message=message,
-                )
+            self._append(
+                conversation, turn_id, UserMessage(text=render_input(env), source=env.sender)
             )
         try:
             system = build_system_prompt(
@@ -470,6 +455,18 @@ class PersonaRuntime:
         )
         self._sweep_spills()
         return result, turn_id
+
+    def _append(self, conversation: Conversation, turn_id: str, message: ChatMessage) -> None:
+        """Add a message to the conversation and to the audit log (which rebuilds it)."""
+        conversation.history.append(message)
+        self.audit.record(
+            HistoryAppended(
+                persona=self.name,
+                conversation_id=conversation.id,
+                turn_id=turn_id,
+                message=message,
+            )
+        )
 
     def _sweep_spills(self) -> None:
         """Delete cut tool results older than ``spill_retention_days`` (at most
