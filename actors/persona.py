@@ -25,6 +25,7 @@ from actors._ray import (
     remote,
 )
 from actors.shell import ShellProcesses
+from actors.subagent import RaySubagents
 from runtime.config import RuntimeSettings, load_persona
 from runtime.memory import MemoryClient
 from runtime.messages import ConversationRecord, MessageEnvelope
@@ -73,6 +74,12 @@ class PersonaActor:
             history_loader=self._load_history,
             settings=settings,
             cluster_addresses=cluster_addresses(),
+            # One Subagent actor per spawn, on this node, owned by this actor.
+            subagents=RaySubagents(
+                audit_actor=audit_actor,
+                namespace=namespace,
+                max_processes=settings.max_background_processes,
+            ),
         )
         self.watcher: IdleWatcher | None = None
         if settings.idle_timeout is not None:
@@ -114,6 +121,10 @@ class PersonaActor:
             return False
         await self.buffer.aclose()
         return True
+
+    async def settled(self, conversation_id: str) -> bool:
+        """Whether the conversation has no turn and no delegated work in flight."""
+        return self.runtime.settled(conversation_id)
 
     async def flush(self) -> int:
         await self.buffer.flush()

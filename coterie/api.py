@@ -14,6 +14,7 @@ import asyncio
 import os
 import socket
 import threading
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,7 +37,7 @@ from actors.memory import get_or_create_memory_store
 from actors.router import RouterActorRemote
 from runtime.audit import QueryResult
 from runtime.config import RuntimeSettings, load_settings, resolve_home
-from runtime.errors import CoterieError, DeliveryError
+from runtime.errors import ActorLostError, CoterieError, DeliveryError
 from runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope
 from runtime.routing import Directory, PersonaInfo
 
@@ -208,6 +209,33 @@ class Runtime:
         envelope = self.envelope(persona, text, conversation_id=conversation_id)
         envelope.reply_mode = "none"
         self._run(self.directory.post(envelope))
+
+    async def wait_settled_async(
+        self, persona: str, conversation_id: str, *, timeout: float = DEFAULT_ASK_TIMEOUT
+    ) -> None:
+        """Wait until the conversation has nothing in flight: no turn running
+        or queued, and no delegated work (subagents, coding agents) still to
+        report back — so its wake turns have run too."""
+        deadline = time.monotonic() + timeout
+        while True:
+            handle = await self.directory.resolve(persona)
+            try:
+                if await remote(handle.settled.remote(conversation_id)):
+                    return
+            except ActorLostError:
+                self.directory.forget(persona)
+            if time.monotonic() >= deadline:
+                raise DeliveryError(
+                    f"{persona!r} still has work in flight on {conversation_id!r} "
+                    f"after {timeout:g} s"
+                )
+            await asyncio.sleep(0.1)
+
+    def wait_settled(
+        self, persona: str, conversation_id: str, *, timeout: float = DEFAULT_ASK_TIMEOUT
+    ) -> None:
+        """See :meth:`wait_settled_async`."""
+        self._run(self.wait_settled_async(persona, conversation_id, timeout=timeout))
 
     def personas(self) -> list[PersonaInfo]:
         """Name, description and activity of every persona in the home."""

@@ -15,7 +15,14 @@ from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
 from runtime.messages import TurnContextKind
@@ -148,6 +155,30 @@ class NetworkSettings(_Strict):
     shell: bool = False
 
 
+class SubagentSettings(_Strict):
+    """What ``spawn_subagent`` may start (``subagents:`` in persona.yaml).
+
+    A subagent runs the persona's own model unless the call names one of
+    ``models``; ``timeout_s`` applies when the call gives none, and no call
+    may ask for more than ``max_timeout_s``. At most ``max_running`` run at
+    once per persona; each has at most ``max_steps`` model calls.
+    """
+
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    timeout_s: float = Field(default=300.0, gt=0, le=86_400)
+    max_timeout_s: float = Field(default=1_800.0, gt=0, le=86_400)
+    max_running: int = Field(default=4, ge=1, le=256)
+    max_steps: int = Field(default=12, ge=1, le=200)
+
+    @model_validator(mode="after")
+    def _timeouts(self) -> SubagentSettings:
+        if self.timeout_s > self.max_timeout_s:
+            raise ValueError(
+                f"timeout_s ({self.timeout_s:g}) is above max_timeout_s ({self.max_timeout_s:g})"
+            )
+        return self
+
+
 class PersonaConfig(_Strict):
     """The contents of ``persona.yaml``."""
 
@@ -162,6 +193,7 @@ class PersonaConfig(_Strict):
     tool_timeout: float | None = Field(default=None, gt=0)
     output_cap: int = Field(default=16_000, ge=1_000)
     network: NetworkSettings = Field(default_factory=NetworkSettings)
+    subagents: SubagentSettings = Field(default_factory=SubagentSettings)
 
     @field_validator("thinking", mode="before")
     @classmethod
@@ -367,6 +399,7 @@ __all__ = [
     "RuntimeSettings",
     "ScriptedModelConfig",
     "ScriptedRule",
+    "SubagentSettings",
     "ThinkingMode",
     "ToolFilter",
     "WebSettings",

@@ -25,7 +25,14 @@ from runtime.config import (
     ToolFilter,
 )
 from runtime.messages import ChatMessage, TodoItem, TurnContextKind
-from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
+from runtime.services import (
+    AuditSink,
+    DelegationService,
+    MemoryService,
+    Messenger,
+    NullAudit,
+    ProcessService,
+)
 
 BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
 
@@ -103,6 +110,7 @@ class Services:
     messenger: Messenger | None = None
     memory: MemoryService | None = None
     processes: ProcessService | None = None
+    delegations: DelegationService | None = None
     background: BackgroundTasks = field(default_factory=BackgroundTasks)
     file_locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -141,6 +149,11 @@ class TurnContext:
     cluster_addresses: frozenset[str] = frozenset()
     # Values no tool result may show (the persona's .env, provider keys), by name.
     hidden: Mapping[str, str] = field(default_factory=dict)
+    # The assistant message whose calls are running (set by the loop): pushed
+    # work started by one batch reports back together.
+    batch_id: str = ""
+    # draft calls made on this turn (bounded).
+    drafts: int = 0
 
     def redact(self, text: str) -> str:
         """``text`` with every hidden value replaced by ``[redacted:NAME]``."""

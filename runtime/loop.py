@@ -4,8 +4,9 @@
 2. call the model;
 3. run the reply's tool calls concurrently, results back in call order;
 4. repeat until a reply without tool calls, a terminal tool (``end_task``),
-   or ``max_steps`` — after which tools are withdrawn and a text summary is
-   required.
+   a batch whose every call started pushed work (a subagent, a coding agent:
+   their completion comes back as a wake), or ``max_steps`` — after which
+   tools are withdrawn and a text summary is required.
 
 Guards: the second identical consecutive call turns thinking on, the third is
 blocked (``allow_repeat`` tools are exempt); a background turn (heartbeat,
@@ -37,7 +38,7 @@ from runtime.messages import (
     UserMessage,
 )
 from runtime.models.base import Model
-from runtime.runner import ToolRunner, error_result
+from runtime.runner import ToolOutcome, ToolRunner, error_result
 from runtime.tool import ToolRegistry, ToolSpec
 
 STEP_LIMIT_NOTE = (
@@ -62,6 +63,8 @@ class TurnResult:
     # A soft interrupt stopped the turn after a tool batch; the messages that
     # caused it are answered, with this turn's, by the next turn.
     interrupted: bool = False
+    # Every call of the last batch started pushed work: their handles.
+    deferred: list[str] = field(default_factory=list)
     new_messages: list[ChatMessage] = field(default_factory=list)
 
 
@@ -147,8 +150,13 @@ class TurnLoop:
                 result.text = last_text
                 return self._finish(ctx, result)
             blocked = guard.check(reply.tool_calls, tools, ctx)
-            await self._run_tools(ctx, result, reply.tool_calls, tools, blocked)
+            outcomes = await self._run_tools(ctx, result, reply.tool_calls, tools, blocked)
             if ctx.end_task is not None:
+                result.text = last_text
+                return self._finish(ctx, result)
+            if all(o.deferred for o in outcomes):
+                # Nothing to do until the pushed work reports back (a wake).
+                result.deferred = [o.handle for o in outcomes if o.handle]
                 result.text = last_text
                 return self._finish(ctx, result)
             if ctx.interrupted():
@@ -185,7 +193,10 @@ class TurnLoop:
         calls: list[ToolCall],
         tools: dict[str, ToolSpec],
         blocked: dict[int, str],
-    ) -> None:
+    ) -> list[ToolOutcome]:
+        # The calls of one assistant message form one batch: the pushed work
+        # they start reports back together (one grouped wake).
+        ctx.batch_id = f"{ctx.turn_id}/{result.steps}"
         outcomes = await self.runner.run_calls(calls, ctx, tools, blocked=blocked)
         for outcome in outcomes:
             self._append(
@@ -198,6 +209,11 @@ class TurnLoop:
                     error_kind=outcome.error_kind,
                 ),
             )
+        if ctx.services.delegations is not None:
+            # The batch is complete (its results are in the history): its
+            # group may report once all of its work is done.
+            ctx.services.delegations.seal(ctx.conversation_id, ctx.batch_id)
+        return outcomes
 
     async def _call(
         self,

@@ -326,6 +326,22 @@ class EnvelopeEvent(_Event):
     envelope: Envelope
 
 
+class DelegationEvent(_Event):
+    """Pushed work a turn delegated: started, progress, finished.
+
+    Recorded in the *parent's* conversation and turn; ``child_conversation_id``
+    is where the delegate's own events are (a subagent's model and tool calls).
+    """
+
+    kind: Literal["delegation"] = "delegation"
+    handle: str
+    work: Literal["subagent", "coding_agent"]
+    phase: Literal["started", "update", "permission", "finished"]
+    child_conversation_id: str
+    status: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
 TurnEvent = Annotated[
     TurnStarted
     | HistoryAppended
@@ -334,7 +350,8 @@ TurnEvent = Annotated[
     | ToolFinished
     | TurnEnded
     | TodosSet
-    | EnvelopeEvent,
+    | EnvelopeEvent
+    | DelegationEvent,
     Field(discriminator="kind"),
 ]
 turn_event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
@@ -343,6 +360,7 @@ __all__ = [
     "AssistantMessage",
     "ChatMessage",
     "ConversationRecord",
+    "DelegationEvent",
     "Envelope",
     "EnvelopeEvent",
     "HistoryAppended",

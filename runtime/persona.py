@@ -14,6 +14,10 @@
 - a ``send_to_persona`` message (``reply_mode="mirror"``) has its reply
   posted back into the sender's inbox conversation, unless the turn ended
   with ``end_task(status="skipped")``;
+- work it delegated (subagents, coding agents) reports back into the
+  conversation that started it as one grouped wake per assistant message
+  (:mod:`runtime.delegation`); a persona with delegations running is not
+  idle;
 - once closing (passivation, shutdown) it refuses new messages with
   :class:`~runtime.errors.PersonaPassivatedError`, so callers resolve the
   persona again; :meth:`PersonaRuntime.close_if_idle` closes it only if
@@ -32,6 +36,7 @@ from pathlib import Path
 
 from runtime.config import Persona, RuntimeSettings, runtime_timezone
 from runtime.context import Conversation, Services, TurnContext
+from runtime.delegation import Delegations, LocalSubagents, SubagentLauncher, SubagentSetup
 from runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
 from runtime.loop import TurnLoop, TurnResult
 from runtime.memory.records import UserModelRow
@@ -51,11 +56,13 @@ from runtime.messages import (
     inbox_id,
     new_id,
 )
+from runtime.models import build_model_or_unavailable
 from runtime.models.base import Model
 from runtime.prompt import build_system_prompt
 from runtime.runner import ToolRunner, error_result, remove_old_spills
 from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
 from runtime.shell.env import secrets_to_hide
+from runtime.shell.table import LocalProcesses
 from runtime.tool import ToolRegistry
 
 log = logging.getLogger("coterie.persona")
@@ -167,6 +174,7 @@ class PersonaRuntime:
         spill_dir: Path | None = None,
         settings: RuntimeSettings | None = None,
         cluster_addresses: frozenset[str] = frozenset(),
+        subagents: SubagentLauncher | None = None,
     ) -> None:
         self.persona = persona
         self.model = model
@@ -176,6 +184,30 @@ class PersonaRuntime:
         # persona's, not a turn's.
         self.services = Services(
             audit=audit or NullAudit(), messenger=messenger, memory=memory, processes=processes
+        )
+        cfg = persona.config
+        self.delegations = Delegations(
+            persona=persona.name,
+            deliver=self.post,
+            audit=self.services.audit,
+            max_running={"subagent": cfg.subagents.max_running},
+        )
+        self.services.delegations = self.delegations
+        if subagents is None:
+            # In this process, each with its own process table when this
+            # persona has one (their commands die with them).
+            subagents = LocalSubagents(
+                registry=registry,
+                model_factory=build_model_or_unavailable,
+                audit=self.services.audit,
+                processes=(
+                    (lambda: LocalProcesses(max_processes=self.settings.max_background_processes))
+                    if processes is not None
+                    else None
+                ),
+            )
+        self.delegations.subagents = SubagentSetup(
+            launcher=subagents, registry=registry, config=cfg
         )
         self.roster = list(roster)
         self.history_loader = history_loader
@@ -187,7 +219,6 @@ class PersonaRuntime:
         persona.workspace.mkdir(parents=True, exist_ok=True)
         self._spills_swept = 0.0
         self._sweep_spills()
-        cfg = persona.config
         self.loop = TurnLoop(
             model=model,
             registry=registry,
@@ -237,8 +268,19 @@ class PersonaRuntime:
         return any(s.worker is not None and not s.worker.done() for s in self._slots.values())
 
     def idle_for(self) -> float:
-        """Seconds since the last message or turn end (0 while busy)."""
-        return 0.0 if self.busy() else time.monotonic() - self.last_activity
+        """Seconds since the last message or turn end (0 while busy or while
+        delegated work runs)."""
+        if self.busy() or self.delegations.running():
+            return 0.0
+        return time.monotonic() - self.last_activity
+
+    def settled(self, conversation_id: str) -> bool:
+        """Whether ``conversation_id`` has nothing in flight: no turn running
+        or queued, no delegated work still to report back."""
+        slot = self._slots.get(conversation_id)
+        if slot is not None and not slot.idle():
+            return False
+        return self.delegations.running_in(conversation_id) == 0
 
     def _slot(self, conversation_id: str) -> _ConversationSlot:
         slot = self._slots.get(conversation_id)
@@ -529,7 +571,7 @@ class PersonaRuntime:
         and no background command is running; whether it closed."""
         if self.closing:
             return True
-        if self.busy() or self.idle_for() < idle_timeout:
+        if self.busy() or self.delegations.running() or self.idle_for() < idle_timeout:
             return False
         if self.processes is not None and await self.processes.running():
             return False  # background commands still running: not idle
@@ -537,9 +579,10 @@ class PersonaRuntime:
         return True
 
     async def aclose(self) -> None:
-        """Refuse new messages, stop what tools left running (background tasks,
-        shell processes), flush the audit sink and close the model."""
+        """Refuse new messages, stop what tools left running (delegated work,
+        background tasks, shell processes), flush the audit sink and close the model."""
         self.closing = True
+        await self.delegations.aclose()
         await self.services.background.aclose()
         if self.processes is not None:
             await self.processes.close()

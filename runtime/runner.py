@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from runtime.context import TurnContext
 from runtime.errors import ToolError
 from runtime.messages import ToolCall, ToolCalled, ToolFinished
-from runtime.tool import ToolSpec
+from runtime.tool import Deferred, ToolSpec
 
 log = logging.getLogger("coterie.tools")
 
@@ -46,6 +46,13 @@ class ToolOutcome:
     error_kind: str | None = None
     duration_ms: float = 0.0
     terminal: bool = False
+    # The handle of the pushed work the tool started (it returned a
+    # Deferred): its completion comes back later as a wake.
+    handle: str | None = None
+
+    @property
+    def deferred(self) -> bool:
+        return self.handle is not None
 
 
 def error_result(kind: str, detail: Any = None, **extra: Any) -> str:
@@ -250,7 +257,8 @@ class ToolRunner:
             cap=self.output_cap,
             spill_path=ctx.spill_dir / safe_name(ctx.turn_id) / f"{safe_name(call.id)}.txt",
         )
-        return ToolOutcome(call, text, None, terminal=spec.terminal)
+        handle = value.handle if isinstance(value, Deferred) else None
+        return ToolOutcome(call, text, None, terminal=spec.terminal, handle=handle)
 
     def _invalid(self, call: ToolCall, spec: ToolSpec, detail: Any) -> ToolOutcome:
         content = error_result("invalid_arguments", detail, schema=spec.schema())

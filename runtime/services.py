@@ -148,4 +148,28 @@ class ProcessService(Protocol):
         ...
 
 
-__all__ = ["AuditSink", "MemoryService", "Messenger", "NullAudit", "ProcessService"]
+class DelegationService(Protocol):
+    """Pushed work a persona delegated (subagents, coding agents), by handle.
+
+    Implemented by :class:`runtime.delegation.Delegations`; the tools of
+    :mod:`tools.delegation` and :mod:`tools.tasks` call it.
+    """
+
+    def seal(self, conversation_id: str, batch_id: str) -> None:
+        """The assistant message ``batch_id`` has run all its calls: the work it
+        started reports back (one wake) once all of it is done."""
+        ...
+
+    def running(self) -> int:
+        """How many delegations are still running."""
+        ...
+
+
+__all__ = [
+    "AuditSink",
+    "DelegationService",
+    "MemoryService",
+    "Messenger",
+    "NullAudit",
+    "ProcessService",
+]

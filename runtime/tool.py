@@ -18,12 +18,33 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import TurnContext
 from runtime.messages import ToolDefinition
 
 ToolFn = Callable[[Any, TurnContext], Awaitable[Any]]
+
+PUSHED_NEXT = (
+    "Completion will be pushed to this conversation automatically. Do not poll this "
+    "handle; use task_status or task_cancel only if the user asks."
+)
+
+
+class Deferred(BaseModel):
+    """What a tool returns when it started work that reports back later.
+
+    The runner marks the call *deferred*; when every call of an assistant
+    message is deferred, the turn ends, and the completion arrives in the
+    conversation as a wake (see :mod:`runtime.delegation`).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    deferred: Literal[True] = True
+    kind: str
+    handle: str
+    next: str = Field(default=PUSHED_NEXT)
 
 
 @dataclass(frozen=True)
@@ -174,4 +195,4 @@ class ToolRegistry:
         return offered
 
 
-__all__ = ["ToolFn", "ToolRegistry", "ToolSpec", "matches_any", "tool"]
+__all__ = ["PUSHED_NEXT", "Deferred", "ToolFn", "ToolRegistry", "ToolSpec", "matches_any", "tool"]

@@ -19,7 +19,8 @@ from runtime.config import RuntimeSettings
 from runtime.context import Services, TurnContext
 from runtime.errors import ToolError
 from tests.helpers import make_ctx
-from tools.shell import ProcessArgs, ShellExecArgs, TaskIdArgs, process, shell_exec, task_cancel
+from tools.shell import ProcessArgs, ShellExecArgs, process, shell_exec
+from tools.tasks import TaskHandleArgs, task_cancel
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -103,7 +104,7 @@ async def test_stdin_offsets_list_remove_cancel(tmp_path: Path, service: ShellPr
     assert worker is not None and worker.pid != os.getpid()
     raylet = worker.parent()
     assert raylet is not None and raylet.name() == "raylet"
-    cancelled = await task_cancel.fn(TaskIdArgs(id=res2["id"]), ctx)
+    cancelled = await task_cancel.fn(TaskHandleArgs(handle=res2["id"]), ctx)
     assert cancelled == {"cancelled": res2["id"], "exit_code": -9}
     assert not psutil.pid_exists(shell_pid) or psutil.Process(shell_pid).status() == "zombie"
     # The actor was killed with its process (ray.kill takes effect shortly after).

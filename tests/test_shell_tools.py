@@ -20,16 +20,8 @@ from runtime.messages import MessageEnvelope
 from runtime.shell import SAFE_PATH, LocalProcesses, bwrap_available
 from runtime.tool import ToolRegistry
 from tests.helpers import make_ctx
-from tools.shell import (
-    SHELL_TOOLS,
-    ProcessArgs,
-    ShellExecArgs,
-    TaskIdArgs,
-    process,
-    shell_exec,
-    task_cancel,
-    task_status,
-)
+from tools.shell import SHELL_TOOLS, ProcessArgs, ShellExecArgs, process, shell_exec
+from tools.tasks import TASK_TOOLS, TaskHandleArgs, task_cancel, task_status
 
 NAMES = {"shell_exec", "process", "task_status", "task_cancel"}
 
@@ -146,7 +138,7 @@ async def test_background_stdin_signal_list_remove(tmp_path: Path, service: Loca
     await read_until(ctx, pid, "got:a\n")
     listed = (await proc(ctx, action="list"))["processes"]
     assert [p["id"] for p in listed] == [pid]
-    st = await task_status.fn(TaskIdArgs(id=pid), ctx)
+    st = await task_status.fn(TaskHandleArgs(handle=pid), ctx)
     assert st["running"] and st["output_tail"] == "got:a\n"
     sig = await proc(ctx, action="signal", id=pid, signal="term")
     assert sig["delivered"]
@@ -175,7 +167,7 @@ async def test_task_cancel_stops_group(tmp_path: Path, service: LocalProcesses) 
         # The premise: a child that outlives a TERM, not the shell's direct target.
         shell = (await service.status(res["id"])).pid
         assert child.ppid() == shell and ignores_term(child.pid)
-        out = await task_cancel.fn(TaskIdArgs(id=res["id"]), ctx)
+        out = await task_cancel.fn(TaskHandleArgs(handle=res["id"]), ctx)
         assert out == {"cancelled": res["id"], "exit_code": -9}
         assert await service.list() == []
         await until(lambda: not alive(child), "the background child to be killed")
@@ -231,7 +223,7 @@ async def test_notify_posts_wake(tmp_path: Path, service: LocalProcesses) -> Non
 
 
 def visible(ctx: TurnContext) -> set[str]:
-    return set(ToolRegistry(SHELL_TOOLS).visible(ctx))
+    return set(ToolRegistry([*SHELL_TOOLS, *TASK_TOOLS]).visible(ctx))
 
 
 def test_readonly_hidden_without_bwrap(tmp_path: Path) -> None:
@@ -259,14 +251,14 @@ async def test_results_are_json_serialisable(tmp_path: Path, service: LocalProce
     listed = await proc(ctx, action="list")
     assert [p["id"] for p in listed["processes"]] == [pid]
     results.append(listed)
-    status = await task_status.fn(TaskIdArgs(id=pid), ctx)
+    status = await task_status.fn(TaskHandleArgs(handle=pid), ctx)
     assert status["id"] == pid and status["output_tail"] == "got:x\n"
     results.append(status)
     results.append(await proc(ctx, action="signal", id=pid, signal="term"))
     assert await service.wait(pid, 10)
     results.append(await proc(ctx, action="remove", id=pid))
     other = await run(ctx, command="sleep 100", background=True)
-    results.append(await task_cancel.fn(TaskIdArgs(id=other["id"]), ctx))
+    results.append(await task_cancel.fn(TaskHandleArgs(handle=other["id"]), ctx))
     for result in results:
         # Plain JSON types only: serialisable, and unchanged by the round trip.
         assert json.loads(json.dumps(result)) == result

@@ -1,4 +1,4 @@
-"""Control tools: clock, end_task, think_harder, todo_write, todo_read."""
+"""Control tools: clock, end_task, think_harder, todo_write, todo_read, draft."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from runtime.tool import tool
 
 THINK_REASON_MAX = 80
 TODO_MAX_ITEMS = 100
+#: draft rounds per turn; after these the tool tells the model to finish.
+DRAFT_ROUNDS = 3
 
 
 class ClockArgs(BaseModel):
@@ -127,6 +129,57 @@ async def todo_read(args: TodoReadArgs, ctx: TurnContext) -> str:
     return _render(ctx.conversation.todos)
 
 
-CONTROL_TOOLS = [clock, end_task, think_harder, todo_write, todo_read]
+class DraftArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-__all__ = ["CONTROL_TOOLS", "clock", "end_task", "think_harder", "todo_read", "todo_write"]
+    text: str = Field(min_length=1, max_length=100_000, description="the complete draft answer")
+
+
+DRAFT_REVIEW = """\
+Draft {n} of {rounds} for this turn received (the user has not seen it). Review it \
+as a demanding reviewer would, point by point:
+1. Claims: name every factual claim in it and where it came from (a tool result in \
+this conversation, the user, your memory). Check the ones without a source with your \
+tools now, or take them out.
+2. The question: does it answer what was asked, directly and first? Cut what was \
+not asked for.
+3. Gaps: what will the reader need that is missing (steps, figures, caveats, \
+the next action)?
+4. Mistakes: redo every calculation; reread code, commands and names.
+5. Form: plain words, no filler, no longer than its content needs.
+Then either call draft again with the revised text or write your final answer."""
+
+DRAFT_DONE = (
+    "That was draft {n}; the limit is {rounds} per turn. Do not call draft again: "
+    "write your final answer now."
+)
+
+
+def _draft_opted_in(ctx: TurnContext) -> bool:
+    # Opt-in: offered only when persona.yaml names it in tools.allow (a
+    # wildcard does not count).
+    return "draft" in ctx.tool_filter.allow
+
+
+@tool(name="draft", timeout=30, available=_draft_opted_in)
+async def draft(args: DraftArgs, ctx: TurnContext) -> str:
+    """Submit a draft answer for self-review; returns a checklist that critiques
+    the draft."""
+    ctx.drafts += 1
+    if ctx.drafts > DRAFT_ROUNDS:
+        return DRAFT_DONE.format(n=ctx.drafts, rounds=DRAFT_ROUNDS)
+    return DRAFT_REVIEW.format(n=ctx.drafts, rounds=DRAFT_ROUNDS)
+
+
+CONTROL_TOOLS = [clock, end_task, think_harder, todo_write, todo_read, draft]
+
+__all__ = [
+    "CONTROL_TOOLS",
+    "DRAFT_ROUNDS",
+    "clock",
+    "draft",
+    "end_task",
+    "think_harder",
+    "todo_read",
+    "todo_write",
+]

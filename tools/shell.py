@@ -1,4 +1,4 @@
-"""Shell tools: shell_exec, process, task_status, task_cancel.
+"""Shell tools: shell_exec and process (task_status / task_cancel: tools.tasks).
 
 Every command starts in the persona's :class:`~runtime.services.ProcessService`
 (a Ray actor per command in a cluster). ``shell_exec`` waits up to
@@ -239,28 +239,6 @@ async def process(args: ProcessArgs, ctx: TurnContext) -> Any:
     return {"removed": args.id, **(await service.remove(args.id)).model_dump()}
 
 
-class TaskIdArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+SHELL_TOOLS = [shell_exec, process]
 
-    id: str = Field(min_length=1, max_length=64, description="a bg_ handle")
-
-
-@tool(name="task_status", timeout=10, allow_repeat=True, available=shell_available)
-async def task_status(args: TaskIdArgs, ctx: TurnContext) -> Any:
-    """Check a background task handle (bg_…) when the user asks: running or
-    exit code, and the last of its output."""
-    result = await _service(ctx).read(args.id, None)
-    return {**result.model_dump(exclude={"chunk"}), "output_tail": result.chunk[-NOTIFY_TAIL:]}
-
-
-@tool(name="task_cancel", timeout=15, available=shell_available)
-async def task_cancel(args: TaskIdArgs, ctx: TurnContext) -> Any:
-    """Cancel a background task handle (bg_…): its whole process group is
-    stopped and the handle removed."""
-    status = await _service(ctx).remove(args.id)
-    return {"cancelled": args.id, "exit_code": status.exit_code}
-
-
-SHELL_TOOLS = [shell_exec, process, task_status, task_cancel]
-
-__all__ = ["SHELL_TOOLS", "shell_available", "unsandboxed_refusal"]
+__all__ = ["NOTIFY_TAIL", "SHELL_TOOLS", "shell_available", "unsandboxed_refusal"]

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime.messages import (
+    DelegationEvent,
     HistoryAppended,
     ModelCalled,
     ToolCalled,
@@ -96,6 +97,12 @@ def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
         row["duration_ms"] = event.duration_ms
         if event.error is not None or event.status in ("failed", "error"):
             row["error_kind"] = "turn_error"
+    elif isinstance(event, DelegationEvent):
+        # The handle joins a delegation's rows; its own events carry it as
+        # their conversation_id.
+        row["call_id"] = event.handle
+        row["tool"] = event.work
+        row["status"] = event.status
     elif isinstance(event, HistoryAppended) and isinstance(event.message, ToolResultMessage):
         # Only the join key: tool and error_kind stay on the tool_result event so
         # that aggregations over those columns do not count a tool call twice.

@@ -159,9 +159,11 @@ def latest_tool_results(request: ModelRequest) -> list[str]:
 
 
 def fill_template(text: str, request: ModelRequest) -> str:
-    """Replace ``{last_tool_result}``, ``{tool_results}`` and ``{tool_result_N}``."""
+    """Replace ``{last_tool_result}``, ``{tool_results}``, ``{tool_result_N}``
+    and ``{input}`` (the latest user, inbox or wake text)."""
     if "{" not in text:
         return text
+    text = text.replace("{input}", latest_user_text(request))
     results = latest_tool_results(request)
     text = text.replace("{last_tool_result}", last_tool_result(request))
     text = text.replace("{tool_results}", "\n".join(results))
@@ -188,8 +190,9 @@ class RulesModel:
     matches the latest user/inbox text case-insensitively, ``context`` is the
     kind of turn (``user``, ``heartbeat``, ``cron``, ``subagent``, ``eval``).
     In a rule's text, ``{last_tool_result}`` is the newest tool result,
-    ``{tool_result_N}`` the N-th result of the latest tool batch and
-    ``{tool_results}`` all of them. ``default`` answers when nothing matches.
+    ``{tool_result_N}`` the N-th result of the latest tool batch,
+    ``{tool_results}`` all of them and ``{input}`` the latest user, inbox or
+    wake text. ``default`` answers when nothing matches.
 
     Like a real model it is bound by ``timeout`` (a ``latency_ms`` above it
     raises :class:`ModelTimeoutError`) and by the request's ``max_tokens``

@@ -1,0 +1,39 @@
+"""Delegation: pushed work a persona hands off, and the wakes that report it.
+
+``work`` holds what every kind shares (the :class:`Delegations` registry,
+grouped completion wakes, timeouts, cancel); ``subagent`` runs a fresh,
+tool-restricted helper through the turn loop; ``acp`` and ``acp_roster``
+speak the Agent Client Protocol to external coding agents (loaded only when
+one is configured).
+"""
+
+from __future__ import annotations
+
+from runtime.delegation.records import (
+    SubagentLauncher,
+    SubagentRequest,
+    SubagentSetup,
+    Work,
+    WorkKind,
+    WorkOutcome,
+    WorkStatus,
+)
+from runtime.delegation.subagent import LocalSubagents, SpawnRequest, SubagentRun, start_subagent
+from runtime.delegation.work import WAKE_SENDER, Delegations, render_wake
+
+__all__ = [
+    "WAKE_SENDER",
+    "Delegations",
+    "LocalSubagents",
+    "SpawnRequest",
+    "SubagentLauncher",
+    "SubagentRequest",
+    "SubagentRun",
+    "SubagentSetup",
+    "Work",
+    "WorkKind",
+    "WorkOutcome",
+    "WorkStatus",
+    "render_wake",
+    "start_subagent",
+]

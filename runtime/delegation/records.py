@@ -1,0 +1,114 @@
+"""The records delegation shares: work and its outcome, subagent requests.
+
+Kept apart from the registry (:mod:`runtime.delegation.work`) and the
+subagent runner (:mod:`runtime.delegation.subagent`) so that each can name
+them without importing the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.config import (
+    ModelConfig,
+    NetworkSettings,
+    PersonaConfig,
+    RuntimeSettings,
+    ThinkingMode,
+)
+from runtime.tool import ToolRegistry
+
+WorkKind = Literal["subagent", "coding_agent"]
+WorkStatus = Literal["ok", "failed", "error", "timeout", "crashed", "cancelled"]
+
+
+class WorkOutcome(BaseModel):
+    """How one piece of delegated work ended."""
+
+    status: WorkStatus
+    # The delegate's final message (a subagent's report, an agent's last reply).
+    text: str = ""
+    error: str | None = None
+    # Kind-specific facts: steps, stop_reason, files_changed…
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Work(Protocol):
+    """One running piece of delegated work (a subagent, an ACP session)."""
+
+    async def result(self) -> WorkOutcome:
+        """Wait until it ends. Raising means it crashed (its actor died…)."""
+        ...
+
+    async def progress(self) -> dict[str, Any]:
+        """What it has done so far (for ``task_status``)."""
+        ...
+
+    async def cancel(self) -> None:
+        """Ask it to stop; :meth:`result` then returns or raises promptly."""
+        ...
+
+    async def discard(self) -> None:
+        """Free what it holds (its actor, its process group). Called once, last."""
+        ...
+
+
+class SubagentRequest(BaseModel):
+    """Everything a subagent needs to run, wherever it runs (it crosses to a
+    Subagent actor). Holds secret values in ``hidden`` (to redact them from
+    results): never log it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    handle: str
+    persona: str
+    task: str
+    model: ModelConfig
+    tools: list[str]
+    tool_deny: list[str] = Field(default_factory=list)
+    workspace: str | None = None
+    home: str | None = None
+    spill_dir: str
+    hidden: dict[str, str] = Field(default_factory=dict)
+    settings: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
+    cluster_addresses: list[str] = Field(default_factory=list)
+    thinking: ThinkingMode = "auto"
+    max_steps: int = 12
+    max_tokens: int = 4096
+    output_cap: int = 16_000
+    tool_timeout: float | None = None
+
+
+class SubagentLauncher(Protocol):
+    """Starts subagents somewhere: in this process, or one Ray actor each."""
+
+    async def launch(self, request: SubagentRequest) -> Work: ...
+
+    def close(self) -> None:
+        """Free what is kept for later launches (spare actors)."""
+        ...
+
+
+@dataclass
+class SubagentSetup:
+    """What a persona's ``spawn_subagent`` needs: where subagents run, the
+    tools they choose from and the persona's settings."""
+
+    launcher: SubagentLauncher
+    registry: ToolRegistry
+    config: PersonaConfig
+
+
+__all__ = [
+    "SubagentLauncher",
+    "SubagentRequest",
+    "SubagentSetup",
+    "Work",
+    "WorkKind",
+    "WorkOutcome",
+    "WorkStatus",
+]

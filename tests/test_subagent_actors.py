@@ -1,0 +1,158 @@
+"""Subagents on Ray: one Subagent actor per spawn, grouped wake, audit in
+DuckDB under the subagent's own conversation, a killed actor reports
+``crashed``, cancel kills it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from coterie import Runtime
+from runtime.config import RuntimeSettings
+from runtime.messages import AssistantMessage, ToolResultMessage, UserMessage
+from tests.helpers import scripted, write_persona
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def spawn(task: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "spawn_subagent", "arguments": {"task": task, **extra}}
+
+
+def wait_until(condition: Callable[[], bool], deadline: float = 60.0) -> None:
+    end = time.monotonic() + deadline
+    while not condition():
+        assert time.monotonic() < end, "condition not reached in time"
+        time.sleep(0.1)
+
+
+SLOW = {"provider": "scripted", "name": "slow", "latency_ms": 600_000, "timeout": 900}
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[Runtime]:
+    home = tmp_path_factory.mktemp("subagents")
+    write_persona(
+        home,
+        "lead",
+        scripted(
+            [
+                {"when": {"context": "subagent", "contains": "pid"}, "text": "pid report"},
+                {"when": {"context": "subagent"}, "text": "checked: {input}"},
+                # The wake (checked first: its text names what ended, "crashed"…).
+                {"when": {"contains": "finished"}, "text": "Summary:\n{input}"},
+                {
+                    "when": {"turn": 1, "contains": "fan out"},
+                    "tool_calls": [spawn("look at pid"), spawn("look at the logs")],
+                },
+                {
+                    "when": {"turn": 1, "contains": "crash"},
+                    "tool_calls": [spawn("hang", model="slow")],
+                },
+                {
+                    "when": {"turn": 1, "contains": "too slow"},
+                    "tool_calls": [spawn("hang", model="slow", timeout_s=3)],
+                },
+            ],
+            default="noted",
+        )
+        # A subagent model that never answers in time.
+        | {"subagents": {"models": {"slow": SLOW}}},
+    )
+    runtime = Runtime.start(home=home, settings=RuntimeSettings(idle_timeout=None))
+    yield runtime
+    runtime.shutdown()
+
+
+def subagent_processes(title: str = "ray::SubagentActor") -> list[psutil.Process]:
+    """Subagent actor processes by their title: ``ray::SubagentActor.run``
+    while running a task, ``ray::SubagentActor`` while idle (a spare)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if cmd.startswith(title) and (title.endswith(".run") or ".run" not in cmd):
+            found.append(proc)
+    return found
+
+
+def running_subagent_pid() -> int:
+    """The pid of the one Subagent actor running a task."""
+    wait_until(lambda: len(subagent_processes("ray::SubagentActor.run")) == 1)
+    (proc,) = subagent_processes("ray::SubagentActor.run")
+    return int(proc.pid)
+
+
+def wake_of(rt: Runtime, conv: str) -> str:
+    messages = rt.history("lead", conv)
+    wakes = [m.text for m in messages if isinstance(m, UserMessage) and m.source == "delegation"]
+    assert len(wakes) == 1, wakes
+    return wakes[0]
+
+
+def test_two_spawns_run_in_their_own_actors_and_come_back_as_one_wake(rt: Runtime) -> None:
+    conv = "lead:fan"
+    reply = rt.ask("lead", "fan out please", conversation_id=conv)
+    assert reply.status == "ok" and reply.steps == 1
+    rt.wait_settled("lead", conv, timeout=120)
+    messages = rt.history("lead", conv)
+    handles = [
+        json.loads(m.content)["handle"]
+        for m in messages
+        if isinstance(m, ToolResultMessage) and m.name == "spawn_subagent"
+    ]
+    assert len(handles) == 2
+    wakes = [m for m in messages if isinstance(m, UserMessage) and m.source == "delegation"]
+    assert len(wakes) == 1
+    assert "pid report" in wakes[0].text and "checked: look at the logs" in wakes[0].text
+    final = messages[-1]
+    assert isinstance(final, AssistantMessage) and final.text.startswith("Summary:")
+    # Each subagent ran in its own actor: the DuckDB log has their turns
+    # under their own conversation ids, linked from the parent's turn.
+    rows = rt.query(
+        "select conversation_id, count(*) filter (where kind = 'model_call'), "
+        "count(*) filter (where kind = 'turn_ended') from events "
+        f"where conversation_id in ('{handles[0]}', '{handles[1]}') group by 1 order by 1"
+    ).rows
+    assert rows == sorted((h, 1, 1) for h in handles)
+    links = rt.query(
+        "select call_id, status, payload->>'child_conversation_id' from events "
+        f"where kind = 'delegation' and conversation_id = '{conv}' "
+        "and payload->>'phase' = 'finished' order by call_id"
+    ).rows
+    assert links == sorted((h, "ok", h) for h in handles)
+    assert (
+        rt.query(
+            f"select count(distinct turn_id) from events where kind = 'delegation' "
+            f"and conversation_id = '{conv}'"
+        ).rows[0][0]
+        == 1
+    )
+    # The subagents' actors are gone (killed once they reported); only a spare waits.
+    wait_until(lambda: subagent_processes("ray::SubagentActor.run") == [])
+    assert len(subagent_processes()) <= 1
+
+
+def test_a_killed_subagent_actor_reports_crashed(rt: Runtime) -> None:
+    conv = "lead:crash"
+    assert rt.ask("lead", "crash test", conversation_id=conv).steps == 1
+    os.kill(running_subagent_pid(), signal.SIGKILL)
+    rt.wait_settled("lead", conv, timeout=120)
+    text = wake_of(rt, conv)
+    assert "(subagent) · crashed" in text and "ActorLostError" in text
+
+
+def test_a_subagent_past_its_timeout_is_stopped_and_reported(rt: Runtime) -> None:
+    conv = "lead:slow"
+    assert rt.ask("lead", "too slow", conversation_id=conv).steps == 1
+    rt.wait_settled("lead", conv, timeout=120)
+    text = wake_of(rt, conv)
+    assert "(subagent) · timeout" in text and "did not finish within 3 s" in text
+    # Its actor's process is gone (its model would still be sleeping: 600 s).
+    wait_until(lambda: subagent_processes("ray::SubagentActor.run") == [])
