@@ -1,0 +1,1145 @@
+"""Delegating a coding task to an external agent over the Agent Client Protocol.
+
+One :class:`AcpSession` is one agent process (a roster entry of
+:mod:`runtime.delegation.acp_roster`) speaking ACP over stdio through the
+official SDK (``agent-client-protocol``, imported as ``acp``), with one ACP
+session rooted in a workspace::
+
+    async with AcpSession(spec, name="claude", workspace=ws, log_path=log) as session:
+        await session.start()                      # raises AcpError
+        result = await session.prompt("Add a test for foo()")   # never raises AcpError
+
+or, never raising for anything the agent does, :func:`run_coding_task`.
+
+The process runs in its own session and process group (so an npm wrapper's
+native child cannot outlive it); :meth:`AcpSession.cancel` and
+:meth:`AcpSession.close` stop the whole group. Its stderr goes to
+``log_path`` (never a pipe nobody drains). Its environment is
+:func:`runtime.shell.scrubbed_env` plus the roster entry's ``env``: none of
+the runtime's API keys unless the entry passes them. Its ``HOME`` is
+``agent_home`` (default: a temporary folder removed on close), not the
+workspace, so the agent's own state files do not count as changed files.
+
+What the agent may do is decided here, inside the rails:
+
+- ``session/request_permission`` by the roster entry's policy
+  (:func:`decide_permission`): ``workspace`` allows once when every path the
+  request touches resolves (symlinks followed) inside the workspace and is
+  not a ``.env`` file, and denies everything else (commands, fetches, paths
+  outside); ``deny`` denies; ``allow`` allows once. Each decision is logged,
+  kept on the result and streamed as an event.
+- ``fs/read_text_file`` and ``fs/write_text_file`` (advertised) only inside
+  the workspace; outside, a JSON-RPC error saying so.
+- terminals are not offered (the client capability says so).
+
+Errors, drawn from :class:`runtime.errors.CoterieError`::
+
+    CoterieError
+    └── AcpError                    .kind: AcpErrorKind; raised by AcpSession.start only
+        ├── AcpStartError           missing_binary, exited, missing_secret
+        ├── AcpStartupTimeoutError  startup_timeout: no session within startup_timeout
+        └── AcpProtocolError        protocol_error: the agent answered with an error
+                                    (or speaks another ACP version)
+
+:meth:`AcpSession.prompt` turns every failure of a running agent (``crashed``,
+``protocol_error``, ``timeout``) into a :class:`CodingResult` with ``error`` and
+``error_kind`` set; :func:`run_coding_task` does the same for start-up
+failures. Nothing waits without a bound: start-up has ``startup_timeout``, a
+prompt ``prompt_timeout``, and a dead process ends every wait at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar, cast
+
+import acp
+from acp.client.connection import ClientSideConnection
+from acp.schema import (
+    AgentMessageChunk,
+    AgentPlanUpdate,
+    AgentThoughtChunk,
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    FileEditToolCallContent,
+    FileSystemCapabilities,
+    Implementation,
+    PermissionOption,
+    ReadTextFileResponse,
+    RequestPermissionResponse,
+    TextContentBlock,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallUpdate,
+    WriteTextFileResponse,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runtime.delegation.acp_roster import AgentSpec, PermissionPolicy, resolve_agent_env
+from runtime.errors import CoterieError, ToolError
+from runtime.shell.env import scrubbed_env
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+AcpErrorKind = Literal[
+    "missing_binary",
+    "exited",
+    "missing_secret",
+    "startup_timeout",
+    "protocol_error",
+    "crashed",
+    "timeout",
+]
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+#: Newline-delimited JSON frames may be large (file contents, diffs).
+STDIO_LIMIT_BYTES = 50 * 1024 * 1024
+#: fs callbacks refuse files or contents above this.
+FS_MAX_BYTES = 10 * 1024 * 1024
+#: Characters of one agent message kept (in ``events`` and the result's ``text``).
+MAX_MESSAGE_CHARS = 200_000
+#: Seconds between looks at whether the agent process has exited.
+EXIT_POLL_S = 0.1
+#: Seconds a TERMed group gets before KILL.
+KILL_GRACE_S = 2.0
+#: Seconds cancel() waits for the agent to end the prompt with ``cancelled``.
+CANCEL_GRACE_S = 5.0
+#: Characters of stderr quoted in an error.
+STDERR_TAIL_CHARS = 1500
+#: Folders the changed-files snapshot does not enter.
+SNAPSHOT_SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
+#: Keys of a tool call's raw input that name a path (Claude Code, Gemini, Codex).
+PATH_KEYS = ("file_path", "path", "notebook_path", "filePath", "abs_path", "absolute_path")
+#: Tool kinds the workspace policy allows without a path to check.
+PATHLESS_KINDS_ALLOWED = frozenset({"think", "switch_mode"})
+
+
+# -- errors ------------------------------------------------------------------
+
+
+class AcpError(CoterieError):
+    """An ACP coding agent could not be started or failed; ``kind`` says how."""
+
+    default_kind: AcpErrorKind = "protocol_error"
+
+    def __init__(self, message: str, kind: AcpErrorKind | None = None) -> None:
+        self.kind: AcpErrorKind = kind or self.default_kind
+        self.detail = message
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[str, AcpErrorKind]]:
+        return (type(self), (self.detail, self.kind))
+
+
+class AcpStartError(AcpError):
+    """The agent could not be started: binary missing, exited at once, secret missing."""
+
+    default_kind: AcpErrorKind = "exited"
+
+
+class AcpStartupTimeoutError(AcpError):
+    """The agent did not answer ``initialize``/``session/new`` within its startup timeout."""
+
+    default_kind: AcpErrorKind = "startup_timeout"
+
+
+class AcpProtocolError(AcpError):
+    """The agent answered with a JSON-RPC error or something the SDK could not read."""
+
+    default_kind: AcpErrorKind = "protocol_error"
+
+
+# -- events and results ------------------------------------------------------
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    at: float = Field(default_factory=time.time)
+
+
+class MessageEvent(_Event):
+    """Text of the agent's reply (chunks of one message are merged in ``events``)."""
+
+    kind: Literal["message"] = "message"
+    text: str
+
+
+class ThoughtEvent(_Event):
+    kind: Literal["thought"] = "thought"
+    text: str
+
+
+class ToolCallEvent(_Event):
+    """A tool call the agent started (``update=False``) or an update of it."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    tool_call_id: str
+    update: bool = False
+    title: str | None = None
+    tool_kind: str | None = None
+    status: Literal["pending", "in_progress", "completed", "failed"] | None = None
+    paths: list[str] = Field(default_factory=list)
+
+
+class PlanStep(BaseModel):
+    content: str
+    status: Literal["pending", "in_progress", "completed"]
+    priority: Literal["high", "medium", "low"]
+
+
+class PlanEvent(_Event):
+    kind: Literal["plan"] = "plan"
+    steps: list[PlanStep]
+
+
+class PermissionDecision(BaseModel):
+    """How one ``session/request_permission`` was answered, and why."""
+
+    tool_call_id: str
+    title: str | None = None
+    tool_kind: str | None = None
+    paths: list[str] = Field(default_factory=list)
+    decision: Literal["allow", "deny"]
+    option_id: str | None = None
+    reason: str
+
+
+class PermissionEvent(_Event):
+    kind: Literal["permission"] = "permission"
+    decision: PermissionDecision
+
+
+class FileAccessEvent(_Event):
+    """An ``fs/read_text_file`` or ``fs/write_text_file`` call, allowed or refused."""
+
+    kind: Literal["file"] = "file"
+    op: Literal["read", "write"]
+    path: str
+    allowed: bool
+    detail: str = ""
+
+
+AnyEvent = (
+    MessageEvent | ThoughtEvent | ToolCallEvent | PlanEvent | PermissionEvent | FileAccessEvent
+)
+#: The events as one discriminated union (``TypeAdapter(AcpEvent)`` reads them back).
+AcpEvent = Annotated[AnyEvent, Field(discriminator="kind")]
+UpdateCallback = Callable[[AnyEvent], Awaitable[None] | None]
+
+
+class CodingResult(BaseModel):
+    """The outcome of one delegated task."""
+
+    agent: str
+    session_id: str | None = None
+    stop_reason: StopReason | None = None
+    text: str = Field(default="", description="the agent's final message")
+    files_changed: list[str] = Field(
+        default_factory=list, description="created, modified or deleted; relative to the workspace"
+    )
+    files_changed_complete: bool = Field(
+        default=True, description="false when the workspace was too large to snapshot whole"
+    )
+    permissions: list[PermissionDecision] = Field(default_factory=list)
+    tool_calls: int = 0
+    error: str | None = None
+    error_kind: AcpErrorKind | None = None
+    killed: bool = Field(default=False, description="the group was killed before the turn ended")
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.stop_reason == "end_turn"
+
+
+# -- the rails ---------------------------------------------------------------
+
+
+def inside_root(root: Path, raw: str, *, base: Path | None = None) -> Path | None:
+    """``raw`` resolved (symlinks followed) if it lies inside ``root``, else ``None``.
+
+    A relative ``raw`` is taken from ``base`` (default ``root``). ``root``
+    must already be resolved. Touches the file system: call it off the loop.
+    """
+    if not raw or "\x00" in raw:
+        return None
+    path = Path(raw)
+    if not path.is_absolute():
+        path = (base or root) / path
+    real = Path(os.path.realpath(path))
+    if real == root or real.is_relative_to(root):
+        return real
+    return None
+
+
+def _request_paths(tool_call: ToolCallUpdate) -> list[str]:
+    paths: list[str] = [loc.path for loc in tool_call.locations or []]
+    raw = tool_call.raw_input
+    if isinstance(raw, dict):
+        paths.extend(str(raw[k]) for k in PATH_KEYS if isinstance(raw.get(k), str) and raw[k])
+    for item in tool_call.content or []:
+        if isinstance(item, FileEditToolCallContent):
+            paths.append(item.path)
+    return list(dict.fromkeys(paths))
+
+
+def _pick_option(
+    options: Iterable[PermissionOption], kinds: tuple[str, ...]
+) -> PermissionOption | None:
+    listed = list(options)
+    for kind in kinds:
+        for option in listed:
+            if option.kind == kind:
+                return option
+    return None
+
+
+def decide_permission(
+    policy: PermissionPolicy,
+    *,
+    root: Path,
+    tool_call: ToolCallUpdate,
+    options: list[PermissionOption],
+) -> tuple[PermissionDecision, RequestPermissionResponse]:
+    """The answer to one permission request under ``policy`` (see the module docstring).
+
+    ``root`` must be resolved. Touches the file system (symlinks): call it off
+    the event loop.
+    """
+    paths = _request_paths(tool_call)
+    if policy == "allow":
+        allow, reason = True, "policy allow"
+    elif policy == "deny":
+        allow, reason = False, "policy deny"
+    elif not paths:
+        allow = (tool_call.kind or "") in PATHLESS_KINDS_ALLOWED
+        reason = (
+            f"kind {tool_call.kind} touches no path"
+            if allow
+            else f"no path to check inside the workspace (kind {tool_call.kind or 'unknown'})"
+        )
+    else:
+        outside = [p for p in paths if inside_root(root, p) is None]
+        dotenv = [p for p in paths if Path(p).name == ".env"]
+        allow = not outside and not dotenv
+        if outside:
+            reason = f"outside the workspace {root}: {', '.join(outside)}"
+        elif dotenv:
+            reason = f".env files are off limits: {', '.join(dotenv)}"
+        else:
+            reason = "every path inside the workspace"
+    if allow:
+        option = _pick_option(options, ("allow_once", "allow_always"))
+    else:
+        option = _pick_option(options, ("reject_once", "reject_always"))
+    decision = PermissionDecision(
+        tool_call_id=tool_call.tool_call_id,
+        title=tool_call.title,
+        tool_kind=tool_call.kind,
+        paths=paths,
+        decision="allow" if allow and option is not None else "deny",
+        option_id=option.option_id if option is not None else None,
+        reason=reason if option is not None or not allow else f"{reason}; no allow option offered",
+    )
+    if option is None:
+        response = RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+    else:
+        response = RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
+        )
+    return decision, response
+
+
+Snapshot = dict[str, tuple[int, int, int]]
+
+
+def snapshot_tree(root: Path, *, limit: int) -> tuple[Snapshot, bool]:
+    """``(mtime_ns, size, inode)`` of every file under ``root`` (symlinks not
+    followed, VCS folders skipped), and whether the walk was complete (false
+    when ``limit`` files were reached). Blocking: call it through
+    ``asyncio.to_thread``."""
+    out: Snapshot = {}
+    stack = [str(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in SNAPSHOT_SKIP_DIRS:
+                            stack.append(entry.path)
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if len(out) >= limit:
+                    return out, False
+                out[os.path.relpath(entry.path, root)] = (st.st_mtime_ns, st.st_size, st.st_ino)
+    return out, True
+
+
+def changed_files(before: Snapshot, after: Snapshot) -> list[str]:
+    """Paths created, modified or deleted between two snapshots."""
+    keys = before.keys() | after.keys()
+    return sorted(k for k in keys if before.get(k) != after.get(k))
+
+
+def _live_group_members(pgid: int) -> list[int]:
+    """Pids in process group ``pgid`` that are not zombies (``/proc``; blocking)."""
+    members: list[int] = []
+    try:
+        entries = os.scandir("/proc")
+    except OSError:
+        return members
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                members.append(int(entry.name))
+    return members
+
+
+def _read_tail(path: Path, start: int, chars: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(start, size - chars * 2))
+            data = f.read()
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace").strip()[-chars:]
+
+
+def _read_text(path: Path, line: int | None, limit: int | None) -> str:
+    with open(path, "rb") as f:
+        data = f.read(FS_MAX_BYTES + 1)
+    if len(data) > FS_MAX_BYTES:
+        raise acp.RequestError(-32602, f"{path} is larger than {FS_MAX_BYTES} bytes")
+    text = data.decode("utf-8", errors="replace")
+    if line is None and limit is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    first = max((line or 1) - 1, 0)
+    last = len(lines) if limit is None else first + limit
+    return "".join(lines[first:last])
+
+
+def _write_text(root: Path, path: Path, content: str) -> None:
+    data = content.encode("utf-8")
+    if len(data) > FS_MAX_BYTES:
+        raise acp.RequestError(-32602, f"content is larger than {FS_MAX_BYTES} bytes")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A parent swapped for a symlink meanwhile must not lead outside.
+    if inside_root(root, str(path.parent)) is None:
+        raise acp.RequestError(-32602, f"{path} is outside the workspace {root}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+# -- the session -------------------------------------------------------------
+
+
+class _Exited(Exception):
+    def __init__(self, code: int | None) -> None:
+        self.code = code
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _AcpClient:
+    """The ``acp.Client`` side the agent calls; everything goes to the session."""
+
+    def __init__(self, session: AcpSession) -> None:
+        self._session = session
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        await self._session._on_session_update(update)
+
+    async def request_permission(
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        **kwargs: Any,
+    ) -> RequestPermissionResponse:
+        return await self._session._on_permission(tool_call, options)
+
+    async def read_text_file(
+        self,
+        session_id: str,
+        path: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **kwargs: Any,
+    ) -> ReadTextFileResponse:
+        return await self._session._on_read(path, line, limit)
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse:
+        return await self._session._on_write(path, content)
+
+
+class AcpSession:
+    """One agent process and one ACP session rooted in ``workspace``.
+
+    ``env`` is the roster entry's environment already resolved
+    (:func:`runtime.delegation.acp_roster.resolve_agent_env`); ``None``
+    resolves it without persona secrets. ``on_update`` is called (sync or
+    async) with every event as it arrives; ``events`` and ``permissions``
+    keep at most ``max_events`` each (message chunks merged). ``agent_home``
+    is the agent's ``HOME`` (default: a temporary folder removed on close).
+    Always ``close()`` it (or use ``async with``): that stops the group.
+    """
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        *,
+        name: str,
+        workspace: Path,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        agent_home: Path | None = None,
+        on_update: UpdateCallback | None = None,
+        max_events: int = 1000,
+        snapshot_limit: int = 20000,
+    ) -> None:
+        self.spec = spec
+        self.name = name
+        self.workspace = Path(os.path.realpath(workspace))
+        self.log_path = log_path
+        self._env = dict(env) if env is not None else None
+        self._agent_home = agent_home
+        self._own_home: Path | None = None
+        self._on_update = on_update
+        self.max_events = max_events
+        self.snapshot_limit = snapshot_limit
+        self.events: list[AnyEvent] = []
+        self.events_dropped = 0
+        self.permissions: list[PermissionDecision] = []
+        self.files_written: set[str] = set()
+        self.session_id: str | None = None
+        self.agent_info: Implementation | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._conn: ClientSideConnection | None = None
+        self._exit_task: asyncio.Task[int] | None = None
+        self._prompt_task: asyncio.Task[Any] | None = None
+        self._log_start = 0
+        # The agent's message being streamed, and the last finished one.
+        self._current: list[str] = []
+        self._current_chars = 0
+        self._last_message = ""
+        self._message_id: str | None = None
+        self._tool_calls = 0
+        self._cancelling = False
+        # Set when the group was stopped while a prompt was still running.
+        self._killed = False
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The agent's pid, which is also its process group id."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    async def __aenter__(self) -> AcpSession:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Spawn the agent, ``initialize`` and open the session; raises :class:`AcpError`.
+
+        On failure the process group is already stopped.
+        """
+        if self._proc is not None or self._closed:
+            raise RuntimeError("an AcpSession starts once")
+        deadline = asyncio.get_running_loop().time() + self.spec.startup_timeout
+        try:
+            await self._spawn()
+            await self._handshake(deadline)
+        except BaseException:
+            await self._stop_group()
+            raise
+
+    def _resolve_command(self, path_var: str) -> str:
+        command = self.spec.command
+        found = shutil.which(command, path=path_var) if "/" not in command else command
+        if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            raise AcpStartError(
+                f"coding agent {self.name!r}: command {command!r} not found"
+                + (f" on PATH {path_var}" if "/" not in command else " or not executable"),
+                "missing_binary",
+            )
+        return found
+
+    async def _spawn(self) -> None:
+        extra = self._env
+        if extra is None:
+            try:
+                extra = await asyncio.to_thread(
+                    resolve_agent_env, self.spec, persona_dir=None, agent=self.name
+                )
+            except ToolError as exc:
+                raise AcpStartError(exc.detail, "missing_secret") from None
+        home = self._agent_home
+        if home is None:
+            home = self._own_home = Path(
+                await asyncio.to_thread(tempfile.mkdtemp, prefix="coterie-acp-home-")
+            )
+        env = scrubbed_env(home=home, extra=extra)
+        exe = self._resolve_command(env["PATH"])
+        # A wrapper script's "#!/usr/bin/env node" finds the node beside it.
+        exe_dir = os.path.dirname(os.path.realpath(exe))
+        if exe_dir not in env["PATH"].split(":"):
+            env["PATH"] = f"{exe_dir}:{env['PATH']}"
+        log_file = await asyncio.to_thread(self._open_log, exe)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                exe,
+                *self.spec.args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_file,
+                cwd=str(self.workspace),
+                env=env,
+                start_new_session=True,
+                limit=STDIO_LIMIT_BYTES,
+            )
+        except OSError as exc:
+            raise AcpStartError(
+                f"coding agent {self.name!r}: cannot run {exe}: {exc.strerror or exc}",
+                "missing_binary",
+            ) from None
+        finally:
+            log_file.close()
+        self._exit_task = asyncio.create_task(_watch_exit(self._proc))
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        # The SDK routes only the methods a client has; terminal calls get an
+        # empty answer from it, and terminals are not advertised.
+        client = cast(acp.Client, _AcpClient(self))
+        self._conn = acp.connect_to_agent(client, self._proc.stdin, self._proc.stdout)
+        log.info("coding agent %s started: pid %s in %s", self.name, self._proc.pid, self.workspace)
+
+    def _open_log(self, exe: str) -> Any:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed after spawn
+        self._log_start = f.seek(0, os.SEEK_END)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        argv = " ".join([exe, *self.spec.args])
+        f.write(f"--- coterie {stamp}: agent {self.name}: {argv} (cwd {self.workspace})\n".encode())
+        f.flush()
+        return f
+
+    async def _handshake(self, deadline: float) -> None:
+        assert self._conn is not None
+        loop = asyncio.get_running_loop()
+        capabilities = ClientCapabilities(
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+        )
+        info = Implementation(name="coterie", title="coterie", version="0.1.0")
+        conn = self._conn
+        init = await self._startup_step(
+            "initialize",
+            conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_capabilities=capabilities,
+                client_info=info,
+            ),
+            deadline - loop.time(),
+        )
+        if init.protocol_version != acp.PROTOCOL_VERSION:
+            raise AcpProtocolError(
+                f"coding agent {self.name!r} speaks ACP version {init.protocol_version}; "
+                f"coterie speaks {acp.PROTOCOL_VERSION}"
+            )
+        self.agent_info = init.agent_info
+        session = await self._startup_step(
+            "session/new", conn.new_session(cwd=str(self.workspace)), deadline - loop.time()
+        )
+        self.session_id = session.session_id
+
+    async def _startup_step(self, what: str, call: Awaitable[T], timeout: float) -> T:
+        try:
+            return await self._call(call, timeout=max(timeout, 0.0))
+        except _Timeout:
+            raise AcpStartupTimeoutError(
+                f"coding agent {self.name!r} did not answer {what} within "
+                f"{self.spec.startup_timeout:g} s{await self._stderr_hint()}"
+            ) from None
+        except _Exited as exc:
+            raise AcpStartError(
+                f"coding agent {self.name!r} exited (status {exc.code}) before answering "
+                f"{what}{await self._stderr_hint()}",
+                "exited",
+            ) from None
+        except acp.RequestError as exc:
+            raise AcpProtocolError(
+                f"coding agent {self.name!r} refused {what}: {_request_error_text(exc)}"
+                f"{_root_hint(exc)}{await self._stderr_hint()}"
+            ) from None
+        except ValidationError as exc:
+            raise AcpProtocolError(
+                f"coding agent {self.name!r} answered {what} with an unreadable reply: "
+                f"{exc.errors()[:3]}"
+            ) from None
+
+    async def _call(
+        self, call: Awaitable[T], *, timeout: float | None, keep_on_timeout: bool = False
+    ) -> T:
+        """``call``, unless the process exits first (``_Exited``) or ``timeout`` passes
+        (``_Timeout``; the call is cancelled unless ``keep_on_timeout``)."""
+        assert self._exit_task is not None
+        task = asyncio.ensure_future(call)
+        try:
+            done, _ = await asyncio.wait(
+                {task, self._exit_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done:
+            try:
+                return task.result()
+            except ConnectionError:
+                # stdout closed: the process is exiting; say so once it has.
+                await asyncio.wait({self._exit_task}, timeout=2.0)
+                raise _Exited(self._proc.returncode if self._proc else None) from None
+        if self._exit_task in done:
+            # The answer may still be in the pipe.
+            await asyncio.wait({task}, timeout=0.5)
+            if task.done() and not task.cancelled() and task.exception() is None:
+                return task.result()
+            task.cancel()
+            raise _Exited(self._exit_task.result())
+        if not keep_on_timeout:
+            task.cancel()
+        raise _Timeout
+
+    async def _stderr_hint(self) -> str:
+        tail = await asyncio.to_thread(
+            _read_tail, self.log_path, self._log_start, STDERR_TAIL_CHARS
+        )
+        lines = [ln for ln in tail.splitlines() if not ln.startswith("--- coterie ")]
+        text = "\n".join(lines).strip()
+        return f"; stderr ({self.log_path}): {text}" if text else f"; log: {self.log_path}"
+
+    # -- prompting -----------------------------------------------------------
+
+    async def prompt(self, task: str, *, timeout: float | None = None) -> CodingResult:
+        """Send ``task`` and wait for the turn to end; never raises :class:`AcpError`.
+
+        ``timeout`` defaults to the roster entry's ``prompt_timeout``; past
+        it the session is cancelled and the result says ``timeout``.
+        """
+        if self._conn is None or self.session_id is None or self._closed:
+            raise RuntimeError("start() the session first (and do not close it)")
+        if self._prompt_task is not None and not self._prompt_task.done():
+            raise RuntimeError("a prompt is already running in this session")
+        started = time.monotonic()
+        before, complete_before = await asyncio.to_thread(
+            snapshot_tree, self.workspace, limit=self.snapshot_limit
+        )
+        self._current, self._current_chars, self._last_message = [], 0, ""
+        self._killed = False
+        permissions_before = len(self.permissions)
+        calls_before = self._tool_calls
+        result = CodingResult(agent=self.name, session_id=self.session_id)
+        self._prompt_task = asyncio.ensure_future(
+            self._conn.prompt(
+                session_id=self.session_id, prompt=[TextContentBlock(type="text", text=task)]
+            )
+        )
+        limit = self.spec.prompt_timeout if timeout is None else timeout
+        try:
+            response = await self._call(self._prompt_task, timeout=limit, keep_on_timeout=True)
+            result.stop_reason = response.stop_reason
+        except _Timeout:
+            await self.cancel()
+            await _settle(self._prompt_task)
+            result.stop_reason = "cancelled"
+            result.error_kind = "timeout"
+            result.error = f"coding agent {self.name!r} did not finish within {limit:g} s"
+        except _Exited as exc:
+            if self._cancelling:
+                result.stop_reason = "cancelled"
+            else:
+                result.error_kind = "crashed"
+                result.error = (
+                    f"coding agent {self.name!r} died mid-task (status {exc.code})"
+                    f"{await self._stderr_hint()}"
+                )
+            await self._stop_group()
+        except acp.RequestError as exc:
+            result.error_kind = "protocol_error"
+            result.error = f"coding agent {self.name!r} failed the task: {_request_error_text(exc)}"
+        except ValidationError as exc:
+            result.error_kind = "protocol_error"
+            result.error = (
+                f"coding agent {self.name!r} sent an unreadable reply: {exc.errors()[:3]}"
+            )
+        result.killed = self._killed
+        after, complete_after = await asyncio.to_thread(
+            snapshot_tree, self.workspace, limit=self.snapshot_limit
+        )
+        result.files_changed = sorted(set(changed_files(before, after)) | self.files_written)
+        result.files_changed_complete = complete_before and complete_after
+        result.permissions = self.permissions[permissions_before:]
+        result.tool_calls = self._tool_calls - calls_before
+        result.text = self._final_text()
+        result.duration_s = round(time.monotonic() - started, 3)
+        self.files_written = set()
+        return result
+
+    def _final_text(self) -> str:
+        return "".join(self._current).strip() or self._last_message
+
+    def _new_message(self) -> None:
+        text = "".join(self._current).strip()
+        if text:
+            self._last_message = text
+        self._current, self._current_chars = [], 0
+
+    def _add_text(self, text: str) -> None:
+        room = MAX_MESSAGE_CHARS - self._current_chars
+        if room <= 0:
+            return
+        if len(text) > room:
+            text = text[:room] + f"\n[… cut at {MAX_MESSAGE_CHARS} characters]"
+        self._current.append(text)
+        self._current_chars += len(text)
+
+    async def cancel(self, *, grace: float = CANCEL_GRACE_S) -> None:
+        """``session/cancel``, up to ``grace`` s for the turn to end, then stop the group."""
+        if self._proc is None or self._closed:
+            return
+        self._cancelling = True
+        prompt = self._prompt_task
+        if self._conn is not None and self.session_id and prompt is not None and not prompt.done():
+            with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._conn.cancel(session_id=self.session_id), 1.0)
+            assert self._exit_task is not None
+            await asyncio.wait(
+                {prompt, self._exit_task}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+            )
+        await self._stop_group()
+
+    async def close(self) -> None:
+        """Stop the whole process group and release everything; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_group()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # boundary: the connection is gone anyway
+                await asyncio.wait_for(self._conn.close(), 2.0)
+        if self._prompt_task is not None:
+            await _settle(self._prompt_task)
+        if self._proc is not None:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+            # With the group gone the pipes close and the transport finishes.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._proc.wait(), 2.0)
+        if self._own_home is not None:
+            await asyncio.to_thread(shutil.rmtree, self._own_home, True)
+
+    async def _stop_group(self) -> None:
+        """TERM the group, KILL what is left after a grace, wait until it is gone."""
+        proc = self._proc
+        if proc is None:
+            return
+        pgid = proc.pid
+        members = await asyncio.to_thread(_live_group_members, pgid)
+        if members or proc.returncode is None:
+            prompt = self._prompt_task
+            if proc.returncode is None and prompt is not None and not prompt.done():
+                self._killed = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+            assert self._exit_task is not None
+            await asyncio.wait({self._exit_task}, timeout=KILL_GRACE_S)
+        deadline = time.monotonic() + 5.0
+        while await asyncio.to_thread(_live_group_members, pgid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                log.warning("coding agent %s: process group %s survives SIGKILL", self.name, pgid)
+                break
+            await asyncio.sleep(0.05)
+        if self._exit_task is not None:
+            await asyncio.wait({self._exit_task}, timeout=2.0)
+
+    # -- what the agent calls ------------------------------------------------
+
+    async def _emit(self, event: AnyEvent) -> None:
+        last = self.events[-1] if self.events else None
+        if isinstance(event, MessageEvent) and isinstance(last, MessageEvent):
+            if len(last.text) < MAX_MESSAGE_CHARS:
+                last.text += event.text[: MAX_MESSAGE_CHARS - len(last.text)]
+        elif len(self.events) < self.max_events:
+            # A copy: merging later chunks must not change what the hook was given.
+            self.events.append(event.model_copy())
+        else:
+            self.events_dropped += 1
+        if self._on_update is None:
+            return
+        try:
+            outcome = self._on_update(event)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:  # boundary: a caller's hook must not break the session
+            log.exception("coding agent %s: on_update hook failed", self.name)
+
+    async def _on_session_update(self, update: Any) -> None:
+        if isinstance(update, AgentMessageChunk):
+            if isinstance(update.content, TextContentBlock) and update.content.text:
+                if update.message_id is not None and update.message_id != self._message_id:
+                    self._new_message()
+                    self._message_id = update.message_id
+                self._add_text(update.content.text)
+                await self._emit(MessageEvent(text=update.content.text))
+        elif isinstance(update, AgentThoughtChunk):
+            if isinstance(update.content, TextContentBlock) and update.content.text:
+                await self._emit(ThoughtEvent(text=update.content.text))
+        elif isinstance(update, ToolCallStart | ToolCallProgress):
+            start = isinstance(update, ToolCallStart)
+            if start:
+                self._tool_calls += 1
+                self._new_message()  # text after a tool call is a new message
+            elif update.title is None and update.status is None and not update.locations:
+                return  # content or raw output only: not part of the record
+            await self._emit(
+                ToolCallEvent(
+                    tool_call_id=update.tool_call_id,
+                    update=not start,
+                    title=update.title,
+                    tool_kind=update.kind,
+                    status=update.status,
+                    paths=[loc.path for loc in update.locations or []],
+                )
+            )
+        elif isinstance(update, AgentPlanUpdate):
+            steps = [
+                PlanStep(content=e.content, status=e.status, priority=e.priority)
+                for e in update.entries
+            ]
+            await self._emit(PlanEvent(steps=steps))
+        # Commands, modes, usage and session info are not part of the task's record.
+
+    async def _on_permission(
+        self, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> RequestPermissionResponse:
+        if self._cancelling:
+            decision = PermissionDecision(
+                tool_call_id=tool_call.tool_call_id,
+                title=tool_call.title,
+                tool_kind=tool_call.kind,
+                paths=_request_paths(tool_call),
+                decision="deny",
+                reason="the task is being cancelled",
+            )
+            response = RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        else:
+            decision, response = await asyncio.to_thread(
+                decide_permission,
+                self.spec.permissions,
+                root=self.workspace,
+                tool_call=tool_call,
+                options=options,
+            )
+        log.info(
+            "coding agent %s: %s %s (%s): %s",
+            self.name,
+            decision.decision,
+            decision.title or decision.tool_call_id,
+            ", ".join(decision.paths) or "no path",
+            decision.reason,
+        )
+        if len(self.permissions) < self.max_events:
+            self.permissions.append(decision)
+        await self._emit(PermissionEvent(decision=decision))
+        return response
+
+    async def _checked_path(self, op: Literal["read", "write"], raw: str) -> Path:
+        path = await asyncio.to_thread(inside_root, self.workspace, raw)
+        problem = ""
+        if not os.path.isabs(raw):
+            problem = f"{raw} is not an absolute path"
+        elif path is None:
+            problem = f"{raw} is outside the workspace {self.workspace}"
+        elif path.name == ".env":
+            problem = f"{raw}: .env files are off limits"
+        if problem or path is None:
+            await self._emit(FileAccessEvent(op=op, path=raw, allowed=False, detail=problem))
+            log.info("coding agent %s: refused fs %s: %s", self.name, op, problem)
+            raise acp.RequestError(-32602, problem, {"path": raw})
+        return path
+
+    async def _on_read(self, raw: str, line: int | None, limit: int | None) -> ReadTextFileResponse:
+        path = await self._checked_path("read", raw)
+        try:
+            content = await asyncio.to_thread(_read_text, path, line, limit)
+        except FileNotFoundError:
+            raise acp.RequestError(-32002, f"{raw} does not exist", {"path": raw}) from None
+        except IsADirectoryError:
+            raise acp.RequestError(-32602, f"{raw} is a directory", {"path": raw}) from None
+        await self._emit(FileAccessEvent(op="read", path=raw, allowed=True))
+        return ReadTextFileResponse(content=content)
+
+    async def _on_write(self, raw: str, content: str) -> WriteTextFileResponse:
+        path = await self._checked_path("write", raw)
+        try:
+            await asyncio.to_thread(_write_text, self.workspace, path, content)
+        except OSError as exc:
+            detail = f"cannot write {raw}: {exc.strerror or exc}"
+            await self._emit(FileAccessEvent(op="write", path=raw, allowed=False, detail=detail))
+            raise acp.RequestError(-32603, detail, {"path": raw}) from None
+        self.files_written.add(os.path.relpath(path, self.workspace))
+        await self._emit(FileAccessEvent(op="write", path=raw, allowed=True))
+        return WriteTextFileResponse()
+
+
+async def _watch_exit(proc: asyncio.subprocess.Process) -> int:
+    """The exit status, as soon as the child watcher has it.
+
+    Not ``proc.wait()``: that also waits for every pipe to close, which a
+    grandchild holding stdout (an npm wrapper's native binary) may never do.
+    """
+    while proc.returncode is None:
+        await asyncio.sleep(EXIT_POLL_S)
+    return proc.returncode
+
+
+async def _settle(task: asyncio.Future[Any]) -> None:
+    """Wait briefly for ``task`` to end and retrieve its outcome (no stray warnings)."""
+    await asyncio.wait({task}, timeout=1.0)
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(BaseException):  # boundary: only settling a dead call
+        await task
+
+
+def _request_error_text(exc: acp.RequestError) -> str:
+    text = str(exc)
+    data = exc.data
+    if isinstance(data, dict):
+        detail = data.get("details") or data.get("message") or data.get("detail")
+        if detail:
+            text = f"{text}: {detail}"
+    elif data:
+        text = f"{text}: {data}"
+    return f"{text} (code {exc.code})"
+
+
+def _root_hint(exc: acp.RequestError) -> str:
+    if "Query closed before response received" in _request_error_text(exc) and (
+        hasattr(os, "geteuid") and os.geteuid() == 0
+    ):
+        return " (claude-agent-acp running as root needs IS_SANDBOX=1 in the agent's env)"
+    return ""
+
+
+async def run_coding_task(
+    spec: AgentSpec,
+    task: str,
+    *,
+    name: str,
+    workspace: Path,
+    log_path: Path,
+    persona_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    agent_home: Path | None = None,
+    on_update: UpdateCallback | None = None,
+    timeout: float | None = None,
+) -> CodingResult:
+    """Start the agent, run ``task``, stop the agent; every failure is in the result."""
+    started = time.monotonic()
+    try:
+        env = await asyncio.to_thread(
+            resolve_agent_env, spec, persona_dir=persona_dir, environ=environ, agent=name
+        )
+    except ToolError as exc:
+        return CodingResult(agent=name, error=exc.detail, error_kind="missing_secret")
+    async with AcpSession(
+        spec,
+        name=name,
+        workspace=workspace,
+        log_path=log_path,
+        env=env,
+        agent_home=agent_home,
+        on_update=on_update,
+    ) as session:
+        try:
+            await session.start()
+        except AcpError as exc:
+            return CodingResult(
+                agent=name,
+                error=str(exc),
+                error_kind=exc.kind,
+                duration_s=round(time.monotonic() - started, 3),
+            )
+        return await session.prompt(task, timeout=timeout)
+
+
+__all__ = [
+    "AcpError",
+    "AcpErrorKind",
+    "AcpEvent",
+    "AcpProtocolError",
+    "AcpSession",
+    "AcpStartError",
+    "AcpStartupTimeoutError",
+    "CodingResult",
+    "FileAccessEvent",
+    "MessageEvent",
+    "PermissionDecision",
+    "PermissionEvent",
+    "PlanEvent",
+    "PlanStep",
+    "StopReason",
+    "ThoughtEvent",
+    "ToolCallEvent",
+    "UpdateCallback",
+    "changed_files",
+    "decide_permission",
+    "inside_root",
+    "run_coding_task",
+    "snapshot_tree",
+]

@@ -1,0 +1,110 @@
+"""A tiny ACP agent built on the SDK's agent side, for the failure modes and the
+fs callbacks that a real coding agent does not show on demand.
+
+``python fake_agent.py MODE``; the prompt's text is a JSON object of
+instructions for the ``fs`` mode. Modes:
+
+- ``fs``: for each ``{"op": "read"|"write", "path", "content"?}`` of the
+  prompt's ``"ops"`` list, call the client's fs method and reply one line per
+  call (``ok <content>`` or ``error <message>``).
+- ``env``: reply with the environment as JSON.
+- ``crash``: say something on stderr and in a message, then exit with 3.
+- ``orphan``: on the prompt, start ``sleep 300`` in the same process group
+  (holding stdout open), then exit with 4: the child is left behind, like an
+  npm wrapper's native binary.
+- ``refuse-init``: answer ``initialize`` with a JSON-RPC error.
+- ``chatty``: write 2 MB to stderr before answering ``initialize``.
+- ``stall``: never end a prompt until cancelled; then answer ``cancelled``.
+- ``deaf``: never end a prompt and ignore ``session/cancel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any, cast
+
+import acp
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    NewSessionResponse,
+    PromptResponse,
+)
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "fs"
+
+
+class FakeAgent:
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.cancelled = asyncio.Event()
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        if MODE == "refuse-init":
+            raise acp.RequestError(-32603, "fake agent refuses to initialize", {"details": "nope"})
+        if MODE == "chatty":
+            for _ in range(2048):
+                sys.stderr.write("x" * 1023 + "\n")
+            sys.stderr.flush()
+        return InitializeResponse(
+            protocol_version=acp.PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(),
+            agent_info=Implementation(name="fake-agent", version="0.0.1"),
+        )
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        return NewSessionResponse(session_id="fake-session")
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        if MODE != "deaf":
+            self.cancelled.set()
+
+    async def say(self, session_id: str, text: str) -> None:
+        await self.conn.session_update(session_id, acp.update_agent_message_text(text))
+
+    async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        text = "".join(getattr(block, "text", "") for block in prompt)
+        if MODE == "env":
+            await self.say(session_id, json.dumps(dict(os.environ)))
+        elif MODE == "crash":
+            await self.say(session_id, "about to crash")
+            sys.stderr.write("fake agent: boom\n")
+            sys.stderr.flush()
+            os._exit(3)
+        elif MODE == "orphan":
+            # It inherits stdout: the pipe stays open after this process is gone.
+            subprocess.Popen(["sleep", "300"])
+            await asyncio.sleep(0.2)
+            os._exit(4)
+        elif MODE in ("stall", "deaf"):
+            await self.say(session_id, "working…")
+            await self.cancelled.wait()
+            return PromptResponse(stop_reason="cancelled")
+        else:
+            lines = []
+            for op in json.loads(text)["ops"]:
+                try:
+                    if op["op"] == "read":
+                        got = await self.conn.read_text_file(session_id=session_id, path=op["path"])
+                        lines.append(f"ok {got.content}")
+                    else:
+                        await self.conn.write_text_file(
+                            session_id=session_id, path=op["path"], content=op["content"]
+                        )
+                        lines.append("ok written")
+                except acp.RequestError as exc:
+                    lines.append(f"error {exc}")
+            await self.say(session_id, "\n".join(lines))
+        return PromptResponse(stop_reason="end_turn")
+
+
+if __name__ == "__main__":
+    asyncio.run(acp.run_agent(cast(acp.Agent, FakeAgent())))
