@@ -24,6 +24,7 @@ from actors._ray import (
     read,
     remote,
 )
+from actors.coding_agent import RayCodingAgents
 from actors.shell import ShellProcesses
 from actors.subagent import RaySubagents
 from runtime.config import RuntimeSettings, load_persona
@@ -80,6 +81,8 @@ class PersonaActor:
                 namespace=namespace,
                 max_processes=settings.max_background_processes,
             ),
+            # One CodingAgent actor per delegation, likewise.
+            coding_agents=RayCodingAgents(audit_actor=audit_actor, namespace=namespace),
         )
         self.watcher: IdleWatcher | None = None
         if settings.idle_timeout is not None:

@@ -179,6 +179,13 @@ class SubagentSettings(_Strict):
         return self
 
 
+class CodingAgentSettings(_Strict):
+    """``coding_agents:`` in persona.yaml (the agents themselves are in
+    ``<home>/acp.json``): at most ``max_running`` delegations at once."""
+
+    max_running: int = Field(default=2, ge=1, le=64)
+
+
 class PersonaConfig(_Strict):
     """The contents of ``persona.yaml``."""
 
@@ -194,6 +201,7 @@ class PersonaConfig(_Strict):
     output_cap: int = Field(default=16_000, ge=1_000)
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
+    coding_agents: CodingAgentSettings = Field(default_factory=CodingAgentSettings)
 
     @field_validator("thinking", mode="before")
     @classmethod
@@ -390,6 +398,7 @@ def install_personas(home: Path, source: Path, *, overwrite: bool = False) -> li
 __all__ = [
     "AccessLevel",
     "AnthropicModelConfig",
+    "CodingAgentSettings",
     "MemorySettings",
     "ModelConfig",
     "NetworkSettings",

@@ -74,6 +74,9 @@ ErrorKind = Literal[
     # shell processes
     "not_running",
     "missing_secret",
+    # coding agents (ACP)
+    "agent_start_failed",
+    "protocol_error",
     # the web
     "network_denied",
     "invalid_url",

@@ -37,6 +37,9 @@ from pathlib import Path
 from runtime.config import Persona, RuntimeSettings, runtime_timezone
 from runtime.context import Conversation, Services, TurnContext
 from runtime.delegation import Delegations, LocalSubagents, SubagentLauncher, SubagentSetup
+from runtime.delegation.acp_roster import RosterFile
+from runtime.delegation.coding import LocalCodingAgents
+from runtime.delegation.records import CodingAgentLauncher, CodingSetup
 from runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
 from runtime.loop import TurnLoop, TurnResult
 from runtime.memory.records import UserModelRow
@@ -175,6 +178,7 @@ class PersonaRuntime:
         settings: RuntimeSettings | None = None,
         cluster_addresses: frozenset[str] = frozenset(),
         subagents: SubagentLauncher | None = None,
+        coding_agents: CodingAgentLauncher | None = None,
     ) -> None:
         self.persona = persona
         self.model = model
@@ -190,7 +194,10 @@ class PersonaRuntime:
             persona=persona.name,
             deliver=self.post,
             audit=self.services.audit,
-            max_running={"subagent": cfg.subagents.max_running},
+            max_running={
+                "subagent": cfg.subagents.max_running,
+                "coding_agent": cfg.coding_agents.max_running,
+            },
         )
         self.services.delegations = self.delegations
         if subagents is None:
@@ -208,6 +215,13 @@ class PersonaRuntime:
             )
         self.delegations.subagents = SubagentSetup(
             launcher=subagents, registry=registry, config=cfg
+        )
+        home = persona.path.parent.parent
+        self.delegations.coding = CodingSetup(
+            launcher=coding_agents or LocalCodingAgents(audit=self.services.audit),
+            roster=RosterFile(home),
+            # Outside every persona's directory: agents' stderr stays unreadable to tools.
+            logs=home / "logs" / "acp" / persona.name,
         )
         self.roster = list(roster)
         self.history_loader = history_loader

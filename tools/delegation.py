@@ -9,12 +9,16 @@ the results come back into this conversation as one grouped wake (see
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import TurnContext
 from runtime.delegation import Delegations, SpawnRequest, start_subagent
+from runtime.delegation.coding import StartRequest, start_coding_agent
 from runtime.errors import ToolError
 from runtime.tool import Deferred, tool
+from tools._paths import locate
 
 TOP_CONTEXTS = ("user", "heartbeat", "cron")
 
@@ -77,6 +81,92 @@ async def spawn_subagent(args: SpawnSubagentArgs, ctx: TurnContext) -> Deferred:
     return await start_subagent(ctx, delegations, delegations.subagents, request)
 
 
-DELEGATION_TOOLS = [spawn_subagent]
+def _has_coding_agents(ctx: TurnContext) -> bool:
+    """Shown when ``<home>/acp.json`` names agents (or is wrong, so that a call
+    says what is wrong), to personas that may write and have a workspace."""
+    found = _delegations(ctx)
+    if found is None or found.coding is None:
+        return False
+    if ctx.access == "readonly" or ctx.workspace is None:
+        return False
+    return found.coding.roster.offered()
 
-__all__ = ["DELEGATION_TOOLS", "SpawnSubagentArgs", "spawn_subagent"]
+
+class StartCodingAgentArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(
+        min_length=1,
+        max_length=50_000,
+        description="a self-contained brief: goal, relevant files, constraints, how to "
+        "verify (the agent sees nothing of this conversation)",
+    )
+    agent: str | None = Field(default=None, description="a roster name; default: the default")
+    cwd: str | None = Field(
+        default=None,
+        description="the project directory; default and usual: your workspace",
+    )
+
+
+@tool(
+    name="start_coding_agent",
+    # Start-up may take up to the roster's startup_timeout (at most 600 s).
+    timeout=630,
+    delegation=True,
+    contexts=TOP_CONTEXTS,
+    available=_has_coding_agents,
+)
+async def start_coding_agent_tool(args: StartCodingAgentArgs, ctx: TurnContext) -> Deferred:
+    """Hand a complex coding task to an external coding agent (Claude Code,
+    Codex, … over ACP) working in your workspace. Waits until its session is
+    up (cold agents take up to a minute), then returns an acp_ handle; its
+    result (stop reason, final message, files changed) is pushed back to this
+    conversation. Write the task as a complete brief. Keep trivial edits
+    in-house."""
+    delegations = _delegations(ctx)
+    if delegations is None or delegations.coding is None:
+        raise ToolError("unavailable", "this runtime cannot start coding agents")
+    cwd = None
+    if args.cwd is not None:
+        target = locate(ctx, args.cwd, write=True)
+        if not target.path.is_dir():
+            raise ToolError("not_a_directory", f"cwd {args.cwd!r} is not a directory")
+        cwd = target.path
+    request = StartRequest(task=args.task, agent=args.agent, cwd=cwd)
+    return await start_coding_agent(ctx, delegations, delegations.coding, request)
+
+
+class CancelCodingAgentArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    handle: str = Field(min_length=1, max_length=64, description="the acp_ handle")
+
+
+@tool(
+    name="cancel_coding_agent",
+    timeout=30,
+    delegation=True,
+    contexts=TOP_CONTEXTS,
+    available=_has_coding_agents,
+)
+async def cancel_coding_agent(args: CancelCodingAgentArgs, ctx: TurnContext) -> Any:
+    """Cancel a coding agent task started with start_coding_agent: sends
+    session/cancel, then stops the agent's whole process group. Its completion
+    (stop_reason cancelled) is still pushed here."""
+    delegations = _delegations(ctx)
+    if delegations is None:
+        raise ToolError("not_found", f"no coding agent task with handle {args.handle!r}")
+    return await delegations.cancel(args.handle, kind="coding_agent")
+
+
+DELEGATION_TOOLS = [spawn_subagent, start_coding_agent_tool, cancel_coding_agent]
+
+__all__ = [
+    "DELEGATION_TOOLS",
+    "CancelCodingAgentArgs",
+    "SpawnSubagentArgs",
+    "StartCodingAgentArgs",
+    "cancel_coding_agent",
+    "spawn_subagent",
+    "start_coding_agent_tool",
+]

@@ -274,6 +274,52 @@ def resolve_agent_env(
     return resolved
 
 
+class RosterFile:
+    """``<home>/acp.json``, read again whenever the file changes."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / ROSTER_FILE
+        self.home = home
+        self._seen: tuple[float, int] | None = None
+        self._roster: AcpRoster | None = None
+        self._error: AcpRosterError | None = None
+
+    def _stamp(self) -> tuple[float, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    def exists(self) -> bool:
+        """Whether there is a roster file (an invalid one counts)."""
+        return self._stamp() is not None
+
+    def get(self) -> AcpRoster:
+        """The roster; raises :class:`AcpRosterError` when the file is wrong."""
+        stamp = self._stamp()
+        if stamp != self._seen or (self._roster is None and self._error is None):
+            self._seen = stamp
+            try:
+                self._roster, self._error = load_acp_roster(self.home), None
+            except AcpRosterError as exc:
+                self._roster, self._error = None, exc
+        if self._error is not None:
+            raise self._error
+        assert self._roster is not None
+        return self._roster
+
+    def offered(self) -> bool:
+        """Whether the coding agent tools are shown: a roster with agents, or a
+        wrong file (so that a call can say what is wrong with it)."""
+        if not self.exists():
+            return False
+        try:
+            return bool(self.get().agents)
+        except AcpRosterError:
+            return True
+
+
 __all__ = [
     "AGENT_NAME_RE",
     "ROSTER_FILE",
@@ -282,6 +328,7 @@ __all__ = [
     "AgentSpec",
     "CwdPolicy",
     "PermissionPolicy",
+    "RosterFile",
     "load_acp_roster",
     "parse_acp_roster",
     "resolve_agent_env",

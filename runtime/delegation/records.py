@@ -7,7 +7,10 @@ them without importing the other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +22,7 @@ from runtime.config import (
     RuntimeSettings,
     ThinkingMode,
 )
+from runtime.delegation.acp_roster import AgentSpec, RosterFile
 from runtime.tool import ToolRegistry
 
 WorkKind = Literal["subagent", "coding_agent"]
@@ -103,7 +107,49 @@ class SubagentSetup:
     config: PersonaConfig
 
 
+class CodingRequest(BaseModel):
+    """What a CodingAgent needs to run one task. ``env`` and ``hidden`` hold
+    secret values: never log it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    handle: str
+    persona: str
+    agent: str
+    spec: AgentSpec
+    task: str
+    cwd: str
+    env: dict[str, str] = Field(default_factory=dict)
+    log_path: str
+    parent_conversation_id: str
+    parent_turn_id: str
+    hidden: dict[str, str] = Field(default_factory=dict)
+
+
+class CodingAgentLauncher(Protocol):
+    """Starts coding agents somewhere: in this process, or one actor each.
+
+    :meth:`launch` returns once the session exists, or raises the
+    ``AcpError`` that stopped it (nothing left running)."""
+
+    async def launch(self, request: CodingRequest) -> Work: ...
+
+
+@dataclass
+class CodingSetup:
+    """What a persona's ``start_coding_agent`` needs."""
+
+    launcher: CodingAgentLauncher
+    roster: RosterFile
+    logs: Path
+    # Where ${env:NAME} in acp.json is read from (the runtime's environment).
+    environ: Callable[[], dict[str, str]] = field(default=lambda: dict(os.environ))
+
+
 __all__ = [
+    "CodingAgentLauncher",
+    "CodingRequest",
+    "CodingSetup",
     "SubagentLauncher",
     "SubagentRequest",
     "SubagentSetup",

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runtime.delegation.records import SubagentSetup, Work, WorkKind, WorkOutcome
+from runtime.delegation.records import CodingSetup, SubagentSetup, Work, WorkKind, WorkOutcome
 from runtime.errors import CoterieError, ToolError
 from runtime.messages import DelegationEvent, MessageEnvelope
 from runtime.services import AuditSink
@@ -148,6 +148,7 @@ class Delegations:
         self.wakes_sent = 0
         # What spawn_subagent / start_coding_agent need (set by the persona).
         self.subagents: SubagentSetup | None = None
+        self.coding: CodingSetup | None = None
 
     # -- starting ----------------------------------------------------------
 

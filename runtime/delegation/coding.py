@@ -1,0 +1,341 @@
+"""Coding agents: a persona delegates a coding task to an external agent.
+
+``start_coding_agent`` picks an agent of the roster (``<home>/acp.json``, see
+:mod:`runtime.delegation.acp_roster`), starts it — one CodingAgent actor per
+delegation, holding one :class:`~runtime.delegation.acp.AcpSession` — and
+waits for ``initialize`` + ``session/new`` (up to the entry's
+``startup_timeout``). Then it returns a ``acp_…`` handle; the task runs on,
+its ``session/update`` notifications go to the audit log (in the parent's
+turn, as ``delegation`` events: merged agent messages and thoughts, tool
+calls, plans, permission decisions) and to ``task_status``, and its end —
+stop reason, final message, files changed — comes back as a wake.
+
+A start that fails (missing binary, an agent that exits at once, no answer
+within the startup timeout, a protocol error, a missing secret) is the
+tool's error; a failure later (a crash, a protocol error, the prompt
+timeout) is the wake's. The SDK is imported only where a session runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from runtime.context import TurnContext
+from runtime.delegation.acp_roster import AcpRosterError, resolve_agent_env
+from runtime.delegation.records import (
+    CodingRequest,
+    CodingSetup,
+    Work,
+    WorkOutcome,
+    WorkStatus,
+)
+from runtime.delegation.work import Delegations
+from runtime.errors import CoterieError, ErrorKind, ToolError
+from runtime.messages import DelegationEvent, new_id
+from runtime.services import AuditSink, NullAudit
+from runtime.tool import Deferred
+
+if TYPE_CHECKING:
+    from runtime.delegation.acp import AcpSession, AnyEvent, CodingResult
+
+#: How long past the roster's prompt_timeout the registry waits before it
+#: stops the delegation itself (the session's own timeout comes first).
+TIMEOUT_MARGIN_S = 60.0
+#: Characters of a message or thought kept per audit event.
+EVENT_TEXT_CAP = 4_000
+
+# How an ACP start failure (AcpError.kind) reads as a tool error.
+_START_KINDS: dict[str, ErrorKind] = {
+    "missing_binary": "agent_start_failed",
+    "exited": "agent_start_failed",
+    "missing_secret": "missing_secret",
+    "startup_timeout": "timeout",
+    "protocol_error": "protocol_error",
+}
+
+
+def redact(text: str, hidden: dict[str, str]) -> str:
+    for name, value in sorted(hidden.items(), key=lambda kv: -len(kv[1])):
+        if value and value in text:
+            text = text.replace(value, f"[redacted:{name}]")
+    return text
+
+
+def outcome_of(result: CodingResult, hidden: dict[str, str]) -> WorkOutcome:
+    """A :class:`CodingResult` as the wake reports it."""
+    status: WorkStatus
+    error = result.error
+    if result.error_kind == "crashed":
+        status = "crashed"
+    elif result.error_kind == "timeout":
+        status = "timeout"
+    elif result.error_kind is not None:
+        status = "error"
+    elif result.stop_reason == "cancelled":
+        status = "cancelled"
+    elif result.stop_reason == "end_turn":
+        status = "ok"
+    else:
+        status = "failed"
+        error = f"the agent stopped: {result.stop_reason}"
+    allowed = sum(p.decision == "allow" for p in result.permissions)
+    data: dict[str, Any] = {
+        "agent": result.agent,
+        "stop_reason": result.stop_reason,
+        "files_changed": result.files_changed,
+        "tool_calls": result.tool_calls,
+        "permissions": f"{allowed} allowed, {len(result.permissions) - allowed} denied",
+        "duration_s": result.duration_s,
+    }
+    if not result.files_changed_complete:
+        data["files_changed_complete"] = False
+    return WorkOutcome(
+        status=status,
+        text=redact(result.text, hidden),
+        error=redact(error, hidden) if error else None,
+        data=data,
+    )
+
+
+class CodingAgentRun:
+    """One delegation: an ACP session, its events into the audit log."""
+
+    def __init__(self, request: CodingRequest, *, audit: AuditSink | None = None) -> None:
+        from runtime.delegation.acp import AcpSession
+
+        self.request = request
+        self.audit: AuditSink = audit or NullAudit()
+        self.session: AcpSession = AcpSession(
+            request.spec,
+            name=request.agent,
+            workspace=Path(request.cwd),
+            log_path=Path(request.log_path),
+            env=request.env,
+            on_update=self._on_update,
+        )
+        # Consecutive message (or thought) chunks, merged into one event.
+        self._merging: tuple[str, list[str]] | None = None
+        self.updates = 0
+        self.last_tool: str | None = None
+        self.plan: list[dict[str, Any]] = []
+
+    async def start(self) -> None:
+        """Spawn, ``initialize``, ``session/new``; raises ``AcpError`` (stopped)."""
+        await self.session.start()
+
+    def _record(self, phase: Any, data: dict[str, Any]) -> None:
+        self.updates += 1
+        self.audit.record(
+            DelegationEvent(
+                persona=self.request.persona,
+                conversation_id=self.request.parent_conversation_id,
+                turn_id=self.request.parent_turn_id,
+                handle=self.request.handle,
+                work="coding_agent",
+                phase=phase,
+                child_conversation_id=self.request.handle,
+                data=data,
+            )
+        )
+
+    def _flush_text(self) -> None:
+        if self._merging is None:
+            return
+        kind, parts = self._merging
+        self._merging = None
+        text = redact("".join(parts), self.request.hidden)
+        if len(text) > EVENT_TEXT_CAP:
+            text = text[:EVENT_TEXT_CAP] + f" [… {len(text) - EVENT_TEXT_CAP} characters more]"
+        self._record("update", {"type": kind, "text": text})
+
+    def _on_update(self, event: AnyEvent) -> None:
+        kind = event.kind
+        if kind in ("message", "thought"):
+            text: str = getattr(event, "text", "")
+            if self._merging is not None and self._merging[0] == kind:
+                self._merging[1].append(text)
+            else:
+                self._flush_text()
+                self._merging = (kind, [text])
+            return
+        self._flush_text()
+        body = event.model_dump(mode="json", exclude={"at"})
+        body["type"] = body.pop("kind")
+        if kind == "tool_call" and body.get("title"):
+            self.last_tool = str(body["title"])
+        if kind == "plan":
+            self.plan = list(body.get("steps", []))
+        self._record("permission" if kind == "permission" else "update", body)
+
+    async def run(self) -> WorkOutcome:
+        """Send the task; wait for the end of the turn (never raises for the agent)."""
+        result = await self.session.prompt(self.request.task)
+        self._flush_text()
+        return outcome_of(result, self.request.hidden)
+
+    def progress(self) -> dict[str, Any]:
+        session = self.session
+        body: dict[str, Any] = {
+            "agent": self.request.agent,
+            "cwd": self.request.cwd,
+            "updates": self.updates,
+            "permissions": len(session.permissions),
+        }
+        if self.last_tool:
+            body["last_tool"] = self.last_tool
+        if self.plan:
+            body["plan"] = self.plan
+        messages = [e for e in session.events if e.kind == "message"]
+        if messages:
+            body["last_message"] = redact(getattr(messages[-1], "text", ""), self.request.hidden)[
+                -500:
+            ]
+        return body
+
+    async def cancel(self) -> None:
+        """``session/cancel``, then the whole process group is stopped."""
+        await self.session.cancel()
+
+    async def close(self) -> None:
+        self._flush_text()
+        await self.session.close()
+        await self.audit.flush()
+
+
+class _LocalWork:
+    def __init__(self, run: CodingAgentRun) -> None:
+        self.run = run
+        self.task = asyncio.get_running_loop().create_task(run.run(), name=run.request.handle)
+
+    async def result(self) -> WorkOutcome:
+        return await self.task
+
+    async def progress(self) -> dict[str, Any]:
+        return self.run.progress()
+
+    async def cancel(self) -> None:
+        await self.run.cancel()
+
+    async def discard(self) -> None:
+        await self.run.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.run.close()
+
+
+class LocalCodingAgents:
+    """Coding agents whose sessions run in this process (no Ray)."""
+
+    def __init__(self, *, audit: AuditSink | None = None) -> None:
+        self.audit = audit
+        self.launched = 0
+
+    async def launch(self, request: CodingRequest) -> Work:
+        run = CodingAgentRun(request, audit=self.audit)
+        try:
+            await run.start()
+        except BaseException:
+            await run.close()
+            raise
+        self.launched += 1
+        return _LocalWork(run)
+
+
+class StartRequest(BaseModel):
+    """``start_coding_agent``'s arguments, ``cwd`` already checked by the rails."""
+
+    task: str
+    agent: str | None = None
+    cwd: Path | None = None
+
+
+async def start_coding_agent(
+    ctx: TurnContext, delegations: Delegations, setup: CodingSetup, args: StartRequest
+) -> Deferred:
+    """Check the request, start the agent and its session, register; the handle."""
+    try:
+        roster = await asyncio.to_thread(setup.roster.get)
+    except AcpRosterError as exc:
+        raise ToolError("unavailable", str(exc)) from None
+    names = roster.names()
+    if not names:
+        raise ToolError("unavailable", f"no coding agents are configured in {setup.roster.path}")
+    name = args.agent or roster.default_name()
+    if name is None:
+        raise ToolError(
+            "invalid_arguments", f"agent: name one of {', '.join(names)} (none is the default)"
+        )
+    spec = roster.get(name)
+    if spec is None:
+        raise ToolError(
+            "invalid_arguments",
+            f"agent: {name!r} is not in the roster; choose from {', '.join(names)}",
+        )
+    assert ctx.workspace is not None
+    workspace = ctx.workspace.resolve()
+    cwd = args.cwd or workspace
+    if cwd != workspace and spec.cwd == "workspace":
+        raise ToolError(
+            "invalid_arguments",
+            f"cwd: agent {name!r} runs in the workspace only (its acp.json entry says "
+            'cwd: "workspace"); omit cwd',
+        )
+    env = await asyncio.to_thread(
+        resolve_agent_env,
+        spec,
+        persona_dir=ctx.persona_dir,
+        environ=setup.environ(),
+        agent=name,
+    )
+    delegations.check_capacity("coding_agent", "coding_agents.max_running")
+    handle = new_id("acp_")
+    request = CodingRequest(
+        handle=handle,
+        persona=ctx.persona,
+        agent=name,
+        spec=spec,
+        task=args.task,
+        cwd=str(cwd),
+        env=env,
+        log_path=str(setup.logs / f"{handle}.log"),
+        parent_conversation_id=ctx.conversation_id,
+        parent_turn_id=ctx.turn_id,
+        hidden={**ctx.hidden, **{f"agent env {k}": v for k, v in env.items() if len(v) >= 8}},
+    )
+    try:
+        work = await setup.launcher.launch(request)
+    except CoterieError as exc:
+        kind = _START_KINDS.get(str(getattr(exc, "kind", "")), "agent_start_failed")
+        raise ToolError(kind, redact(str(exc), request.hidden)) from None
+    delegations.register(
+        handle=handle,
+        kind="coding_agent",
+        work=work,
+        conversation_id=ctx.conversation_id,
+        turn_id=ctx.turn_id,
+        batch_id=ctx.batch_id,
+        timeout=spec.prompt_timeout + TIMEOUT_MARGIN_S,
+        label=args.task,
+        data={"agent": name, "cwd": str(cwd), "permissions": spec.permissions},
+    )
+    return Deferred.model_validate(
+        {
+            "kind": "coding_agent",
+            "handle": handle,
+            "status": "started",
+            "agent": name,
+            "cwd": str(cwd),
+        }
+    )
+
+
+__all__ = [
+    "CodingAgentRun",
+    "LocalCodingAgents",
+    "StartRequest",
+    "outcome_of",
+    "start_coding_agent",
+]

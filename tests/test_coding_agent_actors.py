@@ -1,0 +1,159 @@
+"""Coding agents on Ray: a persona actor's start_coding_agent runs Claude Code
+(claude-agent-acp from npm) in a CodingAgent actor, which edits the
+persona's workspace; the updates land in DuckDB; a start failure crosses
+the actor boundary as the tool's error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coterie import Runtime
+from runtime.config import RuntimeSettings
+from runtime.messages import ToolResultMessage, UserMessage
+from runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
+from tests.helpers import scripted, write_persona
+from tests.test_acp import CLAUDE_ACP, NODE, claude_installed, needs_claude
+
+__all__ = ["claude_installed"]
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+class ServerThread:
+    """The streaming Messages API server on its own event loop, in a thread
+    (the Runtime API blocks the test's thread)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = AnthropicStreamServer()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[AnthropicStreamServer]:
+    running = ServerThread()
+    yield running.server
+    running.close()
+
+
+def start(task: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "start_coding_agent", "arguments": {"task": task, **extra}}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory, server: AnthropicStreamServer) -> Path:
+    home = tmp_path_factory.mktemp("coding")
+    write_persona(
+        home,
+        "dev",
+        scripted(
+            [
+                {"when": {"contains": "finished"}, "text": "The agent reported:\n{input}"},
+                {
+                    "when": {"turn": 1, "contains": "write notes"},
+                    "tool_calls": [start("TASK-NOTES: create notes.md")],
+                },
+                {
+                    "when": {"turn": 1, "contains": "use ghost"},
+                    "tool_calls": [start("anything", agent="ghost")],
+                },
+                {"when": {"turn": 2}, "text": "result: {last_tool_result}"},
+            ],
+            default="ok",
+        ),
+    )
+    agents = {
+        "claude": {
+            "command": NODE or "node",
+            "args": [str(CLAUDE_ACP)],
+            "env": {
+                "ANTHROPIC_BASE_URL": server.base_url,
+                "ANTHROPIC_API_KEY": "sk-ant-fake",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_AUTOUPDATER": "1",
+                "IS_SANDBOX": "1",
+            },
+            "default": True,
+        },
+        "ghost": {"command": "no-such-coding-agent"},
+    }
+    (home / "acp.json").write_text(json.dumps({"agents": agents}), encoding="utf-8")
+    return home
+
+
+@pytest.fixture(scope="module")
+def rt(home: Path) -> Iterator[Runtime]:
+    runtime = Runtime.start(home=home, settings=RuntimeSettings(idle_timeout=None))
+    yield runtime
+    runtime.shutdown()
+
+
+@needs_claude
+def test_claude_in_a_coding_agent_actor_edits_the_workspace(
+    rt: Runtime, home: Path, server: AnthropicStreamServer
+) -> None:
+    workspace = (home / "personas" / "dev" / "workspace").resolve()
+    target = workspace / "notes.md"
+    server.add(
+        When(contains="TASK-NOTES", step=1, has_tools=True),
+        Reply(
+            tool_calls=[
+                ToolUse(name="Write", input={"file_path": str(target), "content": "# Notes\n"})
+            ]
+        ),
+    )
+    server.add(When(contains="TASK-NOTES", step=2), Reply(text="notes.md is in place."))
+    conv = "dev:notes"
+    reply = rt.ask("dev", "please write notes", conversation_id=conv)
+    assert reply.status == "ok" and reply.steps == 1
+    rt.wait_settled("dev", conv, timeout=180)
+    assert target.read_text() == "# Notes\n"
+    messages = rt.history("dev", conv)
+    (started,) = [
+        json.loads(m.content)
+        for m in messages
+        if isinstance(m, ToolResultMessage) and m.name == "start_coding_agent"
+    ]
+    handle = started["handle"]
+    (wake,) = [m.text for m in messages if isinstance(m, UserMessage) and m.source == "delegation"]
+    assert f"## {handle} (coding_agent) · ok" in wake
+    assert "files_changed: ['notes.md']" in wake and "notes.md is in place." in wake
+    # Its session's updates are in DuckDB, in the parent's turn.
+    rows = rt.query(
+        "select payload->>'phase', payload->'data'->>'type', count(*) from events "
+        f"where kind = 'delegation' and call_id = '{handle}' group by 1, 2 order by 1, 2"
+    ).rows
+    phases = {(phase, kind) for phase, kind, _ in rows}
+    assert ("started", None) in phases and ("finished", None) in phases
+    assert ("permission", "permission") in phases and ("update", "tool_call") in phases
+    assert ("update", "message") in phases
+    turns = rt.query(f"select count(distinct turn_id) from events where call_id = '{handle}'").rows
+    assert turns == [(1,)]
+
+
+def test_a_start_failure_in_the_actor_is_the_tool_error(rt: Runtime) -> None:
+    conv = "dev:ghost"
+    reply = rt.ask("dev", "use ghost please", conversation_id=conv)
+    assert reply.steps == 2
+    (result,) = [
+        json.loads(m.content)
+        for m in rt.history("dev", conv)
+        if isinstance(m, ToolResultMessage) and m.name == "start_coding_agent"
+    ]
+    assert result["error"] == "agent_start_failed"
+    assert "'no-such-coding-agent' not found" in result["detail"]
+    rt.wait_settled("dev", conv, timeout=30)

@@ -1,0 +1,347 @@
+"""start_coding_agent / cancel_coding_agent on a persona (no Ray): a real
+Claude Code (claude-agent-acp from npm) edits the workspace; start failures
+are tool errors, later failures are in the wake; cancel stops the group."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from runtime.config import load_persona
+from runtime.delegation.coding import LocalCodingAgents
+from runtime.messages import (
+    AssistantMessage,
+    DelegationEvent,
+    MessageEnvelope,
+    ModelRequest,
+    ToolResultMessage,
+    UserMessage,
+)
+from runtime.models.scripted import FunctionModel, latest_user_text, tool_call
+from runtime.persona import PersonaRuntime
+from runtime.services import NullAudit
+from runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
+from tests.helpers import scripted, write_persona
+from tests.test_acp import CLAUDE_ACP, FAKE_AGENT, NODE, claude_installed, needs_claude
+from tools import builtin_registry
+
+__all__ = ["claude_installed"]  # the fixture needs_claude uses
+
+CONV = "coder:test"
+TOOLS = {"start_coding_agent", "cancel_coding_agent"}
+
+
+def claude_entry(server: AnthropicStreamServer, **fields: Any) -> dict[str, Any]:
+    return {
+        "command": NODE,
+        "args": [str(CLAUDE_ACP)],
+        "env": {
+            "ANTHROPIC_BASE_URL": server.base_url,
+            "ANTHROPIC_API_KEY": "sk-ant-fake",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "IS_SANDBOX": "1",
+        },
+        **fields,
+    }
+
+
+def fake_entry(mode: str, **fields: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(FAKE_AGENT), mode], **fields}
+
+
+def write_roster(home: Path, agents: dict[str, Any] | str) -> None:
+    text = agents if isinstance(agents, str) else json.dumps({"agents": agents})
+    (home / "acp.json").write_text(text, encoding="utf-8")
+
+
+def delegate(request: ModelRequest) -> AssistantMessage:
+    """Step 1 of ``delegate {json args}``: one start_coding_agent call;
+    ``cancel <handle>``: cancel_coding_agent; anything else: echo."""
+    text = latest_user_text(request)
+    if request.step == 1 and text.startswith("delegate "):
+        return AssistantMessage(
+            tool_calls=[tool_call("start_coding_agent", json.loads(text.removeprefix("delegate ")))]
+        )
+    if request.step == 1 and text.startswith("cancel "):
+        handle = text.removeprefix("cancel ")
+        return AssistantMessage(tool_calls=[tool_call("cancel_coding_agent", {"handle": handle})])
+    return AssistantMessage(text=f"heard: {text[:2000]}")
+
+
+def make(home: Path) -> tuple[PersonaRuntime, NullAudit]:
+    write_persona(home, "coder", scripted())
+    audit = NullAudit()
+    rt = PersonaRuntime(
+        load_persona(home, "coder"),
+        model=FunctionModel(delegate),
+        registry=builtin_registry(),
+        audit=audit,
+        coding_agents=LocalCodingAgents(audit=audit),
+    )
+    return rt, audit
+
+
+def ask(text: str) -> MessageEnvelope:
+    return MessageEnvelope(recipient="coder", conversation_id=CONV, text=text)
+
+
+def order(**args: Any) -> str:
+    return "delegate " + json.dumps(args)
+
+
+async def settle(rt: PersonaRuntime, timeout: float = 120) -> None:
+    async with asyncio.timeout(timeout):
+        while not rt.settled(CONV):
+            await asyncio.sleep(0.05)
+
+
+def tool_results(rt: PersonaRuntime, name: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(m.content)
+        for m in rt.conversation(CONV).history
+        if isinstance(m, ToolResultMessage) and m.name == name
+    ]
+
+
+def the_wake(rt: PersonaRuntime) -> str:
+    wakes = [
+        m.text
+        for m in rt.conversation(CONV).history
+        if isinstance(m, UserMessage) and m.source == "delegation"
+    ]
+    assert len(wakes) == 1, wakes
+    return wakes[0]
+
+
+def processes_in(path: Path) -> list[psutil.Process]:
+    """Live processes whose working directory is ``path`` (the agent's)."""
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and Path(proc.cwd()) == path:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture
+async def server() -> Any:
+    async with AnthropicStreamServer() as running:
+        yield running
+
+
+# -- the happy path with a real agent ---------------------------------------------
+
+
+@needs_claude
+async def test_claude_edits_a_file_for_the_persona(
+    tmp_path: Path, server: AnthropicStreamServer
+) -> None:
+    rt, audit = make(tmp_path)
+    workspace = rt.persona.workspace.resolve()
+    target = workspace / "hello.txt"
+    server.add(
+        When(contains="TASK-WRITE", step=1, has_tools=True),
+        Reply(
+            text="Writing it.",
+            tool_calls=[ToolUse(name="Write", input={"file_path": str(target), "content": "hi\n"})],
+        ),
+    )
+    server.add(When(contains="TASK-WRITE", step=2), Reply(text="Done: hello.txt written."))
+    write_roster(tmp_path, {"claude": claude_entry(server)})
+    reply = await rt.handle(ask(order(task="TASK-WRITE: create hello.txt saying hi")))
+    assert reply.steps == 1  # the turn ended on the deferred call
+    (started,) = tool_results(rt, "start_coding_agent")
+    assert started["deferred"] is True and started["kind"] == "coding_agent"
+    assert started["handle"].startswith("acp_") and started["status"] == "started"
+    assert started["agent"] == "claude" and started["cwd"] == str(workspace)
+    await settle(rt)
+    assert target.read_text() == "hi\n"  # written by Claude Code's own Write tool
+    wake = the_wake(rt)
+    assert f"## {started['handle']} (coding_agent) · ok" in wake
+    assert "stop_reason: end_turn" in wake and "files_changed: ['hello.txt']" in wake
+    assert "permissions: 1 allowed, 0 denied" in wake and "Done: hello.txt written." in wake
+    last = rt.conversation(CONV).history[-1]
+    assert isinstance(last, AssistantMessage) and "Done: hello.txt written." in last.text
+    # Its updates are in the audit log, in the parent's turn: the permission
+    # asked and answered by policy, the tool call, the merged messages.
+    events = [e for e in audit.events if isinstance(e, DelegationEvent)]
+    assert {e.turn_id for e in events} == {reply.turn_id}
+    assert {e.handle for e in events} == {started["handle"]}
+    (permission,) = [e for e in events if e.phase == "permission"]
+    decision = permission.data["decision"]
+    assert decision["decision"] == "allow" and decision["paths"] == [str(target)]
+    updates = [e.data for e in events if e.phase == "update"]
+    assert any(u["type"] == "tool_call" and u.get("status") == "completed" for u in updates)
+    assert {"type": "message", "text": "Done: hello.txt written."} in updates
+    (finished,) = [e for e in events if e.phase == "finished"]
+    assert finished.status == "ok" and finished.data["files_changed"] == ["hello.txt"]
+    assert processes_in(workspace) == []  # the agent's group is gone
+    await rt.aclose()
+
+
+@needs_claude
+async def test_cancel_coding_agent_mid_prompt_stops_the_group(
+    tmp_path: Path, server: AnthropicStreamServer
+) -> None:
+    rt, _ = make(tmp_path)
+    workspace = rt.persona.workspace.resolve()
+    server.add(When(contains="TASK-SLOW"), Reply(text="never", stall=120))
+    write_roster(tmp_path, {"claude": claude_entry(server)})
+    await rt.handle(ask(order(task="TASK-SLOW: take your time")))
+    (started,) = tool_results(rt, "start_coding_agent")
+    await asyncio.wait_for(server.stalling.wait(), 60)
+    assert processes_in(workspace) != []  # the adapter and its claude child
+    await rt.handle(ask(f"cancel {started['handle']}"))
+    (cancelled,) = tool_results(rt, "cancel_coding_agent")
+    assert cancelled["cancelled"] == started["handle"]
+    await settle(rt)
+    wake = the_wake(rt)
+    assert f"## {started['handle']} (coding_agent) · cancelled" in wake
+    assert "stop_reason: cancelled" in wake
+    assert processes_in(workspace) == []
+    await rt.aclose()
+
+
+# -- visibility ---------------------------------------------------------------------
+
+
+async def test_tools_hidden_without_a_roster_and_shown_for_a_wrong_one(tmp_path: Path) -> None:
+    rt, _ = make(tmp_path)
+    seen: list[set[str]] = []
+
+    def spy(request: ModelRequest) -> AssistantMessage:
+        seen.append({t.name for t in request.tools} & TOOLS)
+        return AssistantMessage(text="ok")
+
+    rt.loop.model = FunctionModel(spy)
+    await rt.handle(ask("no roster"))
+    write_roster(tmp_path, {})
+    await rt.handle(ask("empty roster"))
+    write_roster(tmp_path, {"fake": fake_entry("fs")})
+    await rt.handle(ask("one agent"))
+    write_roster(tmp_path, "{not json")
+    await rt.handle(ask("broken roster"))
+    assert seen == [set(), set(), TOOLS, TOOLS]
+    # A call against the broken file says what is wrong with it.
+    rt.loop.model = FunctionModel(delegate)
+    await rt.handle(ask(order(task="x")))
+    (result,) = tool_results(rt, "start_coding_agent")
+    assert result["error"] == "unavailable" and "acp.json" in result["detail"]
+    assert "not valid JSON" in result["detail"]
+    await rt.aclose()
+
+
+# -- bad inputs and start failures: the tool's error, nothing left running ---------
+
+
+@pytest.mark.parametrize(
+    ("roster", "arguments", "kind", "words"),
+    [
+        ({"a": fake_entry("fs")}, {"agent": "b"}, "invalid_arguments", "choose from a"),
+        (
+            {"a": fake_entry("fs"), "b": fake_entry("fs")},
+            {},
+            "invalid_arguments",
+            "name one of a, b",
+        ),
+        ({"a": fake_entry("fs")}, {"cwd": "/tmp"}, "path_denied", "outside"),
+        ({"a": fake_entry("fs")}, {"cwd": "sub"}, "invalid_arguments", 'cwd: "workspace"'),
+        ({"a": {"command": "no-such-agent-xyz"}}, {}, "agent_start_failed", "not found"),
+        ({"a": {"command": "true"}}, {}, "agent_start_failed", "exited (status 0)"),
+        (
+            {"a": {"command": "sleep", "args": ["60"], "startup_timeout": 1}},
+            {},
+            "timeout",
+            "within 1 s",
+        ),
+        ({"a": fake_entry("refuse-init")}, {}, "protocol_error", "refused initialize"),
+        (
+            {"a": fake_entry("fs", env={"TOKEN": "${secret:NOPE}"})},
+            {},
+            "missing_secret",
+            "secret:NOPE",
+        ),
+    ],
+)
+async def test_start_failures_are_tool_errors(
+    tmp_path: Path, roster: dict[str, Any], arguments: dict[str, Any], kind: str, words: str
+) -> None:
+    rt, _ = make(tmp_path)
+    (rt.persona.workspace / "sub").mkdir()
+    write_roster(tmp_path, roster)
+    reply = await rt.handle(ask(order(task="do it", **arguments)))
+    (result,) = tool_results(rt, "start_coding_agent")
+    assert result["error"] == kind, result
+    assert words in result["detail"]
+    assert reply.steps == 2  # not deferred: the turn went on
+    assert rt.delegations.running() == 0 and rt.settled(CONV)
+    assert processes_in(rt.persona.workspace.resolve()) == []
+    await rt.aclose()
+
+
+async def test_any_in_rails_agent_may_work_in_a_subfolder(tmp_path: Path) -> None:
+    rt, _ = make(tmp_path)
+    sub = rt.persona.workspace / "proj"
+    sub.mkdir()
+    write_roster(tmp_path, {"a": fake_entry("env", cwd="any-in-rails")})
+    await rt.handle(ask(order(task="{}", cwd="proj")))
+    (started,) = tool_results(rt, "start_coding_agent")
+    assert started["cwd"] == str(sub.resolve())
+    await settle(rt)
+    assert "· ok" in the_wake(rt)
+    await rt.aclose()
+
+
+# -- failures after the start: in the wake -----------------------------------------
+
+
+async def test_crash_and_prompt_timeout_are_reported_in_the_wake(tmp_path: Path) -> None:
+    rt, _ = make(tmp_path)
+    write_roster(
+        tmp_path,
+        {"crashy": fake_entry("crash"), "slow": fake_entry("stall", prompt_timeout=1)},
+    )
+    reply = await rt.handle(ask("two"))
+    assert reply.text == "heard: two"
+
+    def both(request: ModelRequest) -> AssistantMessage:
+        if request.step == 1 and latest_user_text(request) == "both":
+            return AssistantMessage(
+                tool_calls=[
+                    tool_call("start_coding_agent", {"task": "go", "agent": "crashy"}),
+                    tool_call("start_coding_agent", {"task": "go", "agent": "slow"}),
+                ]
+            )
+        return AssistantMessage(text="noted")
+
+    rt.loop.model = FunctionModel(both)
+    await rt.handle(ask("both"))
+    crashy, slow = tool_results(rt, "start_coding_agent")
+    await settle(rt)
+    wake = the_wake(rt)  # one wake for the two
+    assert f"## {crashy['handle']} (coding_agent) · crashed" in wake
+    assert "died mid-task (status 3)" in wake
+    assert f"## {slow['handle']} (coding_agent) · timeout" in wake
+    assert "did not finish within 1 s" in wake
+    await rt.aclose()
+
+
+async def test_cancel_coding_agent_unknown_handle(tmp_path: Path) -> None:
+    rt, _ = make(tmp_path)
+    write_roster(tmp_path, {"a": fake_entry("fs")})
+    await rt.handle(ask("cancel acp_nope"))
+    (result,) = tool_results(rt, "cancel_coding_agent")
+    assert result == {
+        "error": "not_found",
+        "detail": "no coding agent task with handle 'acp_nope'",
+    }
+    await rt.aclose()
