@@ -4,8 +4,11 @@ Act 1: three personas answer at the same time on their own actors: one makes
 two tool calls in one reply (they run concurrently), one sends malformed
 arguments and recovers from the error result, one closes its turn with
 ``end_task``. Act 2: a coordinator asks two specialists at once with
-``ask_persona`` and combines their answers. Then the transcripts and an
-audit summary are printed.
+``ask_persona`` and combines their answers. Act 3: the coordinator spawns
+two subagents in one message (``spawn_subagent``, each on its own actor with
+only the clock); its turn ends at once, and both reports come back in one
+grouped wake, which it answers. Then the transcripts and an audit summary
+are printed.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from runtime.messages import (
 BUNDLED_PERSONAS = Path(str(resources.files("coterie.configs") / "personas"))
 
 DELEGATION = "Coordinate the product launch, please."
+SUBAGENTS = "Split the research between two subagents, please."
 SCENARIO = [
     ("concierge", "What time is it right now?"),
     ("researcher", "Double-check the current time for me, please."),
@@ -123,6 +127,37 @@ def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
         inbox = inbox_id(specialist, "coordinator")
         console.print(_panel(rt, specialist, inbox, act2, f"{specialist} · {inbox}"))
     replies.append(delegated)
+
+    console.rule("Act 3 · the coordinator spawns two subagents; one grouped result")
+    act3 = time.time()
+    conversation = f"demo:{run_id}:subagents"
+    with console.status("coordinator → two subagents…"):
+        spawned = rt.ask("coordinator", SUBAGENTS, conversation_id=conversation)
+        # The turn ended on the spawns; wait for the wake turn that answers them.
+        rt.wait_settled("coordinator", conversation)
+    console.print(
+        _panel(
+            rt,
+            "coordinator",
+            conversation,
+            act3,
+            f"coordinator · {conversation} · first turn {spawned.steps} model call, "
+            "then the grouped wake",
+        )
+    )
+    history = rt.history("coordinator", conversation)
+    handles = [
+        json.loads(m.content).get("handle", "")
+        for m in history
+        if isinstance(m, ToolResultMessage) and m.name == "spawn_subagent"
+    ]
+    for handle in handles:
+        console.print(_panel(rt, "coordinator", handle, act3, f"subagent · {handle}"))
+    replies.append(spawned)
+    if len(handles) != 2 or not any(
+        isinstance(m, UserMessage) and m.source == "delegation" for m in history
+    ):
+        raise CoterieError("act 3: the two subagents did not report back")
 
     summary = rt.query(
         "select persona, "

@@ -217,20 +217,25 @@ async def test_cancel_coding_agent_mid_prompt_stops_the_group(
 async def test_tools_hidden_without_a_roster_and_shown_for_a_wrong_one(tmp_path: Path) -> None:
     rt, _ = make(tmp_path)
     seen: list[set[str]] = []
+    described: list[str] = []
 
     def spy(request: ModelRequest) -> AssistantMessage:
         seen.append({t.name for t in request.tools} & TOOLS)
+        described.extend(t.description for t in request.tools if t.name == "start_coding_agent")
         return AssistantMessage(text="ok")
 
     rt.loop.model = FunctionModel(spy)
     await rt.handle(ask("no roster"))
     write_roster(tmp_path, {})
     await rt.handle(ask("empty roster"))
-    write_roster(tmp_path, {"fake": fake_entry("fs")})
+    write_roster(tmp_path, {"fake": fake_entry("fs", description="a test agent")})
     await rt.handle(ask("one agent"))
     write_roster(tmp_path, "{not json")
     await rt.handle(ask("broken roster"))
     assert seen == [set(), set(), TOOLS, TOOLS]
+    # The roster's agents are named in the description (not for the broken file).
+    assert described[0].endswith("Agents:\n- fake (default): a test agent")
+    assert "Agents:" not in described[1]
     # A call against the broken file says what is wrong with it.
     rt.loop.model = FunctionModel(delegate)
     await rt.handle(ask(order(task="x")))

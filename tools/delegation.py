@@ -9,15 +9,17 @@ the results come back into this conversation as one grouped wake (see
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import TurnContext
 from runtime.delegation import Delegations, SpawnRequest, start_subagent
+from runtime.delegation.acp_roster import AcpRosterError
 from runtime.delegation.coding import StartRequest, start_coding_agent
 from runtime.errors import ToolError
-from runtime.tool import Deferred, tool
+from runtime.tool import Deferred, ToolSpec, tool
 from tools._paths import locate
 
 TOP_CONTEXTS = ("user", "heartbeat", "cron")
@@ -92,6 +94,28 @@ def _has_coding_agents(ctx: TurnContext) -> bool:
     return found.coding.roster.offered()
 
 
+def _list_agents(spec: ToolSpec, ctx: TurnContext) -> ToolSpec:
+    """The description names the roster's agents, so the model can choose."""
+    found = _delegations(ctx)
+    if found is None or found.coding is None:
+        return spec
+    try:
+        roster = found.coding.roster.get()
+    except AcpRosterError:
+        return spec
+    default = roster.default_name()
+    lines = []
+    for name in roster.names():
+        agent = roster.agents[name]
+        label = f"- {name}{' (default)' if name == default else ''}"
+        lines.append(f"{label}: {agent.description}" if agent.description else label)
+    if not lines:
+        return spec
+    return dataclasses.replace(
+        spec, description=f"{spec.description}\nAgents:\n" + "\n".join(lines)
+    )
+
+
 class StartCodingAgentArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -115,6 +139,7 @@ class StartCodingAgentArgs(BaseModel):
     delegation=True,
     contexts=TOP_CONTEXTS,
     available=_has_coding_agents,
+    customize=_list_agents,
 )
 async def start_coding_agent_tool(args: StartCodingAgentArgs, ctx: TurnContext) -> Deferred:
     """Hand a complex coding task to an external coding agent (Claude Code,
