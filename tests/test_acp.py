@@ -45,6 +45,7 @@ from runtime.delegation.acp_roster import (
     resolve_agent_env,
 )
 from runtime.errors import ConfigError, ToolError
+from runtime.shell.sandbox import SandboxChoice, bwrap_available
 from runtime.testing.anthropic_stream import (
     AnthropicStreamServer,
     Reply,
@@ -454,6 +455,115 @@ async def test_fs_callbacks_stay_inside_the_workspace(workspace: Path, tmp_path:
     assert result.files_changed == ["sub/out.txt"]
     refused = [e for e in session.events if e.kind == "file" and not e.allowed]
     assert len(refused) == 5
+
+
+needs_bwrap = pytest.mark.skipif(
+    bwrap_available() is None and not os.environ.get("CI"),
+    reason="bubblewrap is not installed",
+)
+
+
+def terminal_session(workspace: Path, tmp_path: Path, **kw: Any) -> AcpSession:
+    """The fake agent in ``terminal`` mode, its terminals confined as a
+    persona's would be (the coterie home and persona directory hidden)."""
+    bwrap = bwrap_available()
+    assert bwrap is not None, "CI: bubblewrap must be installed"
+    sandbox = SandboxChoice(bwrap=bwrap).sandbox(
+        workspace, "workspace", tmp_path / "persona", tmp_path / "home"
+    )
+    return session_for(fake_spec("terminal"), workspace, terminals=sandbox, **kw)
+
+
+@needs_bwrap
+async def test_terminals_run_inside_the_rails(workspace: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / ".env").write_text("TOKEN=terminal-secret-value\n")
+    (workspace / "sub").mkdir()
+    ops = [
+        {"op": "caps"},
+        {"op": "run", "command": "echo made > made.txt; echo out; echo err >&2"},
+        {"op": "run", "command": "sh", "args": ["-c", f"echo x > {outside}/escape.txt"]},
+        {"op": "run", "command": "pwd", "cwd": str(workspace / "sub")},
+        {"op": "run", "command": "pwd", "cwd": str(outside)},
+        {"op": "run", "command": 'cat .env; echo "[$SESSION_KEY][$FOO]"', "env": {"FOO": "bar"}},
+        {"op": "run", "command": "head -c 5000 /dev/zero | tr '\\0' a", "limit": 100},
+        {"op": "run", "command": "exit 7"},
+    ]
+    env = {"SESSION_KEY": "agent-only-value"}
+    async with terminal_session(workspace, tmp_path, env=env) as session:
+        await session.start()
+        result = await session.prompt(json.dumps({"ops": ops}))
+    lines = result.text.splitlines()
+    assert lines[0] == "terminal True"
+    assert lines[1].startswith("exit 0 None truncated=False")
+    assert json.loads(lines[1].split(" ", 4)[4]).split() == ["out", "err"]
+    assert (workspace / "made.txt").read_text() == "made\n"
+    # Writes outside the working directory fail: the file system is read-only there.
+    assert not lines[2].startswith("exit 0") and not (outside / "escape.txt").exists()
+    assert json.loads(lines[3].split(" ", 4)[4]).strip() == str(workspace / "sub")
+    assert lines[4].startswith("error") and "outside the workspace" in lines[4]
+    # .env is unreadable; the agent's own environment does not reach commands.
+    shown = json.loads(lines[5].split(" ", 4)[4])
+    assert "terminal-secret-value" not in shown and "[][bar]" in shown
+    assert lines[6].startswith("exit 0 None truncated=True")
+    assert json.loads(lines[6].split(" ", 4)[4]) == "a" * 100
+    assert lines[7].startswith("exit 7 None")
+    assert "made.txt" in result.files_changed
+    terminals = [e for e in session.events if e.kind == "terminal"]
+    creates = [e for e in terminals if e.op == "create"]
+    assert [e.allowed for e in creates] == [True, True, True, False, True, True, True]
+    assert "outside the workspace" in creates[3].detail
+    assert sum(e.op == "exit" for e in terminals) == 6
+
+
+@needs_bwrap
+async def test_terminal_kill_and_close_stop_the_commands(workspace: Path, tmp_path: Path) -> None:
+    marker = "sleep 271"
+    ops = [{"op": "kill", "command": marker}, {"op": "leave", "command": f"{marker}; true"}]
+
+    def sleepers() -> list[psutil.Process]:
+        return [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and " ".join(p.info["cmdline"]).startswith(marker)
+        ]
+
+    async with terminal_session(workspace, tmp_path) as session:
+        await session.start()
+        result = await session.prompt(json.dumps({"ops": ops}))
+        lines = result.text.splitlines()
+        assert lines[0] == "killed None SIGKILL"
+        assert lines[1].startswith("left term_")
+        # The one left open runs until the session closes.
+        for _ in range(100):
+            if sleepers():
+                break
+            await asyncio.sleep(0.1)
+        assert len(sleepers()) == 1
+    assert sleepers() == []
+
+
+async def test_no_terminals_without_a_sandbox(workspace: Path) -> None:
+    ops = [{"op": "caps"}, {"op": "run", "command": "echo hi > made.txt"}]
+    async with session_for(fake_spec("terminal"), workspace) as session:
+        await session.start()
+        result = await session.prompt(json.dumps({"ops": ops}))
+    lines = result.text.splitlines()
+    assert lines[0] == "terminal False"
+    assert lines[1].startswith("error") and "offers no terminals" in lines[1]
+    assert not (workspace / "made.txt").exists()
+    unconfined = SandboxChoice(bwrap=None).sandbox(workspace, "workspace", None, None)
+    assert (
+        AcpSession(
+            fake_spec("fs"),
+            name="a",
+            workspace=workspace,
+            log_path=workspace / "l",
+            terminals=unconfined,
+        ).terminals
+        is None
+    )
 
 
 async def test_crash_mid_prompt_is_an_error_with_stderr(workspace: Path) -> None:

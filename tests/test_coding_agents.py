@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from runtime.messages import (
 from runtime.models.scripted import FunctionModel, latest_user_text, tool_call
 from runtime.persona import PersonaRuntime
 from runtime.services import NullAudit
+from runtime.shell.sandbox import bwrap_available
 from runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
 from tests.helpers import scripted, write_persona
 from tests.test_acp import CLAUDE_ACP, FAKE_AGENT, NODE, claude_installed, needs_claude
@@ -303,6 +305,42 @@ async def test_any_in_rails_agent_may_work_in_a_subfolder(tmp_path: Path) -> Non
     assert started["cwd"] == str(sub.resolve())
     await settle(rt)
     assert "· ok" in the_wake(rt)
+    await rt.aclose()
+
+
+@pytest.mark.skipif(
+    bwrap_available() is None and not os.environ.get("CI"), reason="bubblewrap is not installed"
+)
+@pytest.mark.parametrize("policy", ["workspace", "deny"])
+async def test_a_persona_agent_s_terminals_are_confined(tmp_path: Path, policy: str) -> None:
+    rt, audit = make(tmp_path)
+    write_roster(tmp_path, {"t": fake_entry("terminal", permissions=policy)})
+    (rt.persona.path / ".env").write_text("PERSONA_TOKEN=persona-secret-value\n")
+    ops = [
+        {"op": "caps"},
+        {"op": "run", "command": "echo made > made.txt && echo wrote"},
+        {"op": "run", "command": f"cat {tmp_path}/acp.json {rt.persona.path}/.env"},
+    ]
+    await rt.handle(ask(order(task=json.dumps({"ops": ops}))))
+    await settle(rt)
+    wake = the_wake(rt)
+    assert "terminal True" in wake
+    made = rt.persona.workspace / "made.txt"
+    if policy == "workspace":
+        assert made.read_text() == "made\n" and '"wrote\\n"' in wake
+    else:  # deny: commands may read the workspace, not write it
+        assert not made.exists() and '"wrote\\n"' not in wake
+        assert "Read-only file system" in wake
+    # The coterie home and the persona's directory are hidden from commands.
+    assert "persona-secret-value" not in wake and '"agents"' not in wake
+    creates = [
+        e
+        for e in audit.events
+        if isinstance(e, DelegationEvent)
+        and e.data.get("type") == "terminal"
+        and e.data.get("op") == "create"
+    ]
+    assert len(creates) == 2 and all(e.data["allowed"] for e in creates)
     await rt.aclose()
 
 

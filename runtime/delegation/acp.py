@@ -30,7 +30,9 @@ What the agent may do is decided here, inside the rails:
   kept on the result and streamed as an event.
 - ``fs/read_text_file`` and ``fs/write_text_file`` (advertised) only inside
   the workspace; outside, a JSON-RPC error saying so.
-- terminals are not offered (the client capability says so).
+- ``terminal/*`` (advertised only when the session is given a confining
+  sandbox: bubblewrap) run commands under that sandbox, in the workspace or
+  below (:mod:`runtime.delegation.acp_terminals`); each is logged.
 
 Errors, drawn from :class:`runtime.errors.CoterieError`::
 
@@ -71,24 +73,32 @@ from acp.schema import (
     AgentThoughtChunk,
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
+    EnvVariable,
     FileEditToolCallContent,
     FileSystemCapabilities,
     Implementation,
+    KillTerminalResponse,
     PermissionOption,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalOutputResponse,
     TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
+    WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.delegation.acp_roster import AgentSpec, PermissionPolicy, resolve_agent_env
+from runtime.delegation.acp_terminals import Terminal, Terminals
 from runtime.errors import CoterieError, ToolError
 from runtime.shell.env import scrubbed_env
+from runtime.shell.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -232,8 +242,28 @@ class FileAccessEvent(_Event):
     detail: str = ""
 
 
+class TerminalEvent(_Event):
+    """A client terminal: created (or refused), waited for, killed, released."""
+
+    kind: Literal["terminal"] = "terminal"
+    op: Literal["create", "exit", "kill", "release"]
+    terminal_id: str | None = None
+    command: str
+    cwd: str | None = None
+    allowed: bool = True
+    exit_code: int | None = None
+    signal: str | None = None
+    detail: str = ""
+
+
 AnyEvent = (
-    MessageEvent | ThoughtEvent | ToolCallEvent | PlanEvent | PermissionEvent | FileAccessEvent
+    MessageEvent
+    | ThoughtEvent
+    | ToolCallEvent
+    | PlanEvent
+    | PermissionEvent
+    | FileAccessEvent
+    | TerminalEvent
 )
 #: The events as one discriminated union (``TypeAdapter(AcpEvent)`` reads them back).
 AcpEvent = Annotated[AnyEvent, Field(discriminator="kind")]
@@ -508,6 +538,47 @@ class _AcpClient:
     ) -> WriteTextFileResponse:
         return await self._session._on_write(path, content)
 
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: list[EnvVariable] | None = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> CreateTerminalResponse:
+        return await self._session._on_terminal_create(command, args, env, cwd, output_byte_limit)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> TerminalOutputResponse:
+        term = self._session._terminals_or_refuse().output(terminal_id)
+        return TerminalOutputResponse(
+            output=term.text(), truncated=term.truncated, exit_status=term.exit_status
+        )
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
+        term, status = await self._session._terminals_or_refuse().wait(terminal_id)
+        await self._session._terminal_event("exit", term)
+        return WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> KillTerminalResponse:
+        term = await self._session._terminals_or_refuse().kill(terminal_id)
+        await self._session._terminal_event("kill", term)
+        return KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse:
+        term = await self._session._terminals_or_refuse().release(terminal_id)
+        await self._session._terminal_event("release", term)
+        return ReleaseTerminalResponse()
+
 
 class AcpSession:
     """One agent process and one ACP session rooted in ``workspace``.
@@ -518,7 +589,10 @@ class AcpSession:
     async) with every event as it arrives; ``events`` and ``permissions``
     keep at most ``max_events`` each (message chunks merged). ``agent_home``
     is the agent's ``HOME`` (default: a temporary folder removed on close).
-    Always ``close()`` it (or use ``async with``): that stops the group.
+    ``terminals`` confines the client terminals offered to the agent (its
+    ``workspace`` should be this session's); ``None``, or a sandbox without
+    bubblewrap, offers none. Always ``close()`` it (or use ``async with``):
+    that stops the group and every terminal.
     """
 
     def __init__(
@@ -533,6 +607,7 @@ class AcpSession:
         on_update: UpdateCallback | None = None,
         max_events: int = 1000,
         snapshot_limit: int = 20000,
+        terminals: Sandbox | None = None,
     ) -> None:
         self.spec = spec
         self.name = name
@@ -565,6 +640,11 @@ class AcpSession:
         # Set when the group was stopped while a prompt was still running.
         self._killed = False
         self._closed = False
+        self.terminals: Terminals | None = (
+            Terminals(terminals, self.workspace)
+            if terminals is not None and terminals.bwrap is not None
+            else None
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -651,8 +731,8 @@ class AcpSession:
             log_file.close()
         self._exit_task = asyncio.create_task(_watch_exit(self._proc))
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        # The SDK routes only the methods a client has; terminal calls get an
-        # empty answer from it, and terminals are not advertised.
+        # The SDK routes only the methods a client has; terminal calls are
+        # refused unless terminals were advertised.
         client = cast(acp.Client, _AcpClient(self))
         self._conn = acp.connect_to_agent(client, self._proc.stdin, self._proc.stdout)
         log.info("coding agent %s started: pid %s in %s", self.name, self._proc.pid, self.workspace)
@@ -671,7 +751,8 @@ class AcpSession:
         assert self._conn is not None
         loop = asyncio.get_running_loop()
         capabilities = ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+            terminal=self.terminals is not None,
         )
         info = Implementation(name="coterie", title="coterie", version="0.1.0")
         conn = self._conn
@@ -865,6 +946,8 @@ class AcpSession:
         if self._closed:
             return
         self._closed = True
+        if self.terminals is not None:
+            await self.terminals.close()
         await self._stop_group()
         if self._conn is not None:
             with contextlib.suppress(Exception):  # boundary: the connection is gone anyway
@@ -1034,6 +1117,50 @@ class AcpSession:
         self.files_written.add(os.path.relpath(path, self.workspace))
         await self._emit(FileAccessEvent(op="write", path=raw, allowed=True))
         return WriteTextFileResponse()
+
+    def _terminals_or_refuse(self) -> Terminals:
+        if self.terminals is None:
+            raise acp.RequestError(-32601, "this client offers no terminals")
+        return self.terminals
+
+    async def _terminal_event(self, op: Literal["exit", "kill", "release"], term: Terminal) -> None:
+        status = term.exit_status
+        await self._emit(
+            TerminalEvent(
+                op=op,
+                terminal_id=term.id,
+                command=term.command,
+                cwd=str(term.cwd),
+                exit_code=status.exit_code if status else None,
+                signal=status.signal if status else None,
+            )
+        )
+
+    async def _on_terminal_create(
+        self,
+        command: str,
+        args: list[str] | None,
+        env: list[EnvVariable] | None,
+        cwd: str | None,
+        output_byte_limit: int | None,
+    ) -> CreateTerminalResponse:
+        shown = " ".join([command, *(args or [])])
+        try:
+            term = await self._terminals_or_refuse().create(
+                command, args, env, cwd, output_byte_limit
+            )
+        except acp.RequestError as exc:
+            detail = str(exc)
+            log.info("coding agent %s: refused terminal %s: %s", self.name, shown, detail)
+            await self._emit(
+                TerminalEvent(op="create", command=shown, cwd=cwd, allowed=False, detail=detail)
+            )
+            raise
+        log.info("coding agent %s: terminal %s: %s in %s", self.name, term.id, shown, term.cwd)
+        await self._emit(
+            TerminalEvent(op="create", terminal_id=term.id, command=term.command, cwd=str(term.cwd))
+        )
+        return CreateTerminalResponse(terminal_id=term.id)
 
 
 async def _watch_exit(proc: asyncio.subprocess.Process) -> int:

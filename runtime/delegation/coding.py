@@ -19,6 +19,7 @@ timeout) is the wake's. The SDK is imported only where a session runs.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from runtime.delegation.work import Delegations
 from runtime.errors import CoterieError, ErrorKind, ToolError
 from runtime.messages import DelegationEvent, new_id
 from runtime.services import AuditSink, NullAudit
+from runtime.shell.sandbox import Sandbox, SandboxChoice
 from runtime.tool import Deferred
 
 if TYPE_CHECKING:
@@ -101,6 +103,22 @@ def outcome_of(result: CodingResult, hidden: dict[str, str]) -> WorkOutcome:
     )
 
 
+def terminal_sandbox(request: CodingRequest) -> Sandbox | None:
+    """How the agent's client terminals are confined; ``None`` (no terminals
+    offered) without bubblewrap on this node. Under the ``deny`` policy the
+    commands may read but not write."""
+    choice = SandboxChoice()
+    if not choice.sandboxed:
+        return None
+    return choice.sandbox(
+        Path(os.path.realpath(request.cwd)),
+        "readonly" if request.spec.permissions == "deny" else "workspace",
+        Path(request.persona_dir) if request.persona_dir else None,
+        Path(request.home) if request.home else None,
+        network=request.network,
+    )
+
+
 class CodingAgentRun:
     """One delegation: an ACP session, its events into the audit log."""
 
@@ -116,6 +134,7 @@ class CodingAgentRun:
             log_path=Path(request.log_path),
             env=request.env,
             on_update=self._on_update,
+            terminals=terminal_sandbox(request),
         )
         # Consecutive message (or thought) chunks, merged into one event.
         self._merging: tuple[str, list[str]] | None = None
@@ -304,6 +323,9 @@ async def start_coding_agent(
         parent_conversation_id=ctx.conversation_id,
         parent_turn_id=ctx.turn_id,
         hidden={**ctx.hidden, **{f"agent env {k}": v for k, v in env.items() if len(v) >= 8}},
+        persona_dir=str(ctx.persona_dir) if ctx.persona_dir else None,
+        home=str(ctx.home) if ctx.home else None,
+        network=ctx.network.shell,
     )
     try:
         work = await setup.launcher.launch(request)

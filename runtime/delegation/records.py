@@ -124,6 +124,10 @@ class CodingRequest(BaseModel):
     parent_conversation_id: str
     parent_turn_id: str
     hidden: dict[str, str] = Field(default_factory=dict)
+    # What the client terminals' sandbox hides, and whether it has network.
+    persona_dir: str | None = None
+    home: str | None = None
+    network: bool = False
 
 
 class CodingAgentLauncher(Protocol):

@@ -7,6 +7,14 @@ instructions for the ``fs`` mode. Modes:
 - ``fs``: for each ``{"op": "read"|"write", "path", "content"?}`` of the
   prompt's ``"ops"`` list, call the client's fs method and reply one line per
   call (``ok <content>`` or ``error <message>``).
+- ``terminal``: for each op of the prompt's ``"ops"`` list, use the client's
+  terminals and reply one line per op: ``{"op": "caps"}`` -> ``terminal
+  True|False`` (was it advertised); ``{"op": "run", "command", "args"?,
+  "env"?, "cwd"?, "limit"?}`` -> create, wait for exit, read the output,
+  release: ``exit <code> <signal> truncated=<bool> <output as JSON>``;
+  ``{"op": "kill", "command"}`` -> create, kill, read the exit status:
+  ``killed <code> <signal>``; ``{"op": "leave", "command"}`` -> create and
+  never release: ``left <terminal id>``. A refused call: ``error <message>``.
 - ``env``: reply with the environment as JSON.
 - ``crash``: say something on stderr and in a message, then exit with 3.
 - ``orphan``: on the prompt, start ``sleep 300`` in the same process group
@@ -30,6 +38,7 @@ from typing import Any, cast
 import acp
 from acp.schema import (
     AgentCapabilities,
+    EnvVariable,
     Implementation,
     InitializeResponse,
     NewSessionResponse,
@@ -48,6 +57,7 @@ class FakeAgent:
         self.conn = conn
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        self.capabilities = kwargs.get("client_capabilities")
         if MODE == "refuse-init":
             raise acp.RequestError(-32603, "fake agent refuses to initialize", {"details": "nope"})
         if MODE == "chatty":
@@ -84,6 +94,14 @@ class FakeAgent:
             subprocess.Popen(["sleep", "300"])
             await asyncio.sleep(0.2)
             os._exit(4)
+        elif MODE == "terminal":
+            lines = []
+            for op in json.loads(text)["ops"]:
+                try:
+                    lines.append(await self.terminal_op(session_id, op))
+                except acp.RequestError as exc:
+                    lines.append(f"error {exc}")
+            await self.say(session_id, "\n".join(lines))
         elif MODE in ("stall", "deaf"):
             await self.say(session_id, "working…")
             await self.cancelled.wait()
@@ -104,6 +122,37 @@ class FakeAgent:
                     lines.append(f"error {exc}")
             await self.say(session_id, "\n".join(lines))
         return PromptResponse(stop_reason="end_turn")
+
+    async def terminal_op(self, session_id: str, op: dict[str, Any]) -> str:
+        conn = self.conn
+        if op["op"] == "caps":
+            caps = self.capabilities
+            return f"terminal {bool(caps and caps.terminal)}"
+        env = [EnvVariable(name=k, value=v) for k, v in op.get("env", {}).items()]
+        created = await conn.create_terminal(
+            session_id=session_id,
+            command=op["command"],
+            args=op.get("args"),
+            env=env or None,
+            cwd=op.get("cwd"),
+            output_byte_limit=op.get("limit"),
+        )
+        tid = created.terminal_id
+        if op["op"] == "leave":
+            return f"left {tid}"
+        if op["op"] == "kill":
+            await conn.kill_terminal(session_id=session_id, terminal_id=tid)
+            out = await conn.terminal_output(session_id=session_id, terminal_id=tid)
+            await conn.release_terminal(session_id=session_id, terminal_id=tid)
+            status = out.exit_status
+            return f"killed {status and status.exit_code} {status and status.signal}"
+        exited = await conn.wait_for_terminal_exit(session_id=session_id, terminal_id=tid)
+        out = await conn.terminal_output(session_id=session_id, terminal_id=tid)
+        await conn.release_terminal(session_id=session_id, terminal_id=tid)
+        return (
+            f"exit {exited.exit_code} {exited.signal} truncated={out.truncated} "
+            f"{json.dumps(out.output)}"
+        )
 
 
 if __name__ == "__main__":
