@@ -9,6 +9,7 @@ through their TypeAdapter: several times cheaper than pickling the objects.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -34,6 +35,8 @@ from runtime.models import build_model_or_unavailable
 from runtime.persona import PersonaRuntime
 from runtime.routing import Directory, IdleWatcher
 from tools import builtin_registry
+
+log = logging.getLogger("coterie.persona")
 
 
 class PersonaActor:
@@ -92,6 +95,8 @@ class PersonaActor:
                 idle_timeout=settings.idle_timeout,
                 stopped=lambda: self.runtime.closing,
             )
+        # Work a killed predecessor delegated is reported lost, once we are up.
+        ray.get_runtime_context().current_actor.recover_lost_work.remote()
 
     async def _load_history(self, conversation_id: str) -> ConversationRecord:
         # Rebuilds a conversation after the actor was restarted or passivated.
@@ -100,6 +105,20 @@ class PersonaActor:
             read(lambda: self._audit_handle.conversation.remote(self.runtime.name, conversation_id))
         )
         return record
+
+    async def recover_lost_work(self) -> int:
+        """Wake the conversations whose delegations an earlier process of this
+        persona started and never reported (a crash, a forced stop); the
+        number of wakes. Called by the actor itself when it starts."""
+        try:
+            await self.buffer.flush()  # what the predecessor spooled, first
+            started = await remote(
+                read(lambda: self._audit_handle.unfinished_delegations.remote(self.runtime.name))
+            )
+            return self.runtime.recover_delegations(started)
+        except Exception:  # boundary: a failed check must not take the persona down
+            log.exception("%s: no check for lost delegations", self.runtime.name)
+            return 0
 
     def _admit(self, data: str) -> MessageEnvelope:
         if self.watcher is not None:

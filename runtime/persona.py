@@ -47,6 +47,7 @@ from runtime.messages import (
     AssistantMessage,
     ChatMessage,
     ConversationRecord,
+    DelegationEvent,
     EnvelopeEvent,
     HistoryAppended,
     MessageEnvelope,
@@ -295,6 +296,12 @@ class PersonaRuntime:
         if slot is not None and not slot.idle():
             return False
         return self.delegations.running_in(conversation_id) == 0
+
+    def recover_delegations(self, started: Sequence[DelegationEvent]) -> int:
+        """Report work an earlier process of this persona delegated and never
+        reported (its ``started`` events; see :meth:`Delegations.recover`): one
+        ``crashed`` wake per batch. The number of wakes queued."""
+        return self.delegations.recover(started)
 
     def _slot(self, conversation_id: str) -> _ConversationSlot:
         slot = self._slots.get(conversation_id)

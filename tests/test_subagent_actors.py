@@ -13,7 +13,9 @@ from typing import Any
 
 import psutil
 import pytest
+import ray
 
+from actors import persona_actor_name
 from coterie import Runtime
 from runtime.config import RuntimeSettings
 from runtime.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -26,10 +28,10 @@ def spawn(task: str, **extra: Any) -> dict[str, Any]:
     return {"name": "spawn_subagent", "arguments": {"task": task, **extra}}
 
 
-def wait_until(condition: Callable[[], bool], deadline: float = 60.0) -> None:
+def wait_until(condition: Callable[[], bool], deadline: float = 60.0, what: str = "") -> None:
     end = time.monotonic() + deadline
     while not condition():
-        assert time.monotonic() < end, "condition not reached in time"
+        assert time.monotonic() < end, f"not reached in {deadline:g} s: {what or condition}"
         time.sleep(0.1)
 
 
@@ -55,6 +57,10 @@ def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[
                 {
                     "when": {"turn": 1, "contains": "crash"},
                     "tool_calls": [spawn("hang", model="slow")],
+                },
+                {
+                    "when": {"turn": 1, "contains": "persona dies"},
+                    "tool_calls": [spawn("hang", model="slow"), spawn("hang too", model="slow")],
                 },
                 {
                     "when": {"turn": 1, "contains": "too slow"},
@@ -156,3 +162,38 @@ def test_a_subagent_past_its_timeout_is_stopped_and_reported(rt: Runtime) -> Non
     assert "(subagent) · timeout" in text and "did not finish within 3 s" in text
     # Its actor's process is gone (its model would still be sleeping: 600 s).
     wait_until(lambda: subagent_processes("ray::SubagentActor.run") == [])
+
+
+def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runtime) -> None:
+    conv = "lead:persona-dies"
+    # The turn ends once both subagents run (their handles are registered).
+    assert rt.ask("lead", "the persona dies", conversation_id=conv).steps == 1
+    handle = ray.get_actor(persona_actor_name(rt.id, "lead"), namespace=rt.namespace)
+    os.kill(ray.get(handle.stats.remote())["pid"], signal.SIGKILL)
+    # Ray restarts the persona; its subagents died with it (it owned them).
+    # Nobody sends it a message: it finds the lost work in the audit log itself.
+    wait_until(lambda: len(delegation_wakes(rt, conv)) == 1, 120, "the lost-work wake")
+    rt.wait_settled("lead", conv, timeout=60)
+    (text,) = delegation_wakes(rt, conv)
+    assert "All 2 tasks you delegated together have finished." in text
+    assert text.count("(subagent) · crashed") == 2 and "has restarted" in text
+    assert "task: hang too" in text
+    final = rt.history("lead", conv)[-1]
+    assert isinstance(final, AssistantMessage) and final.text.startswith("Summary:")
+    wait_until(lambda: subagent_processes("ray::SubagentActor.run") == [], what="subagents gone")
+    # Each is reported once: a finished row per handle; a second check finds nothing.
+    rows = rt.query(
+        "select call_id, status from events where kind = 'delegation' "
+        f"and conversation_id = '{conv}' and payload->>'phase' = 'finished'"
+    ).rows
+    assert sorted(status for _, status in rows) == ["crashed", "crashed"]
+    assert len({h for h, _ in rows}) == 2
+    assert ray.get(handle.recover_lost_work.remote()) == 0
+
+
+def delegation_wakes(rt: Runtime, conv: str) -> list[str]:
+    return [
+        m.text
+        for m in rt.history("lead", conv)
+        if isinstance(m, UserMessage) and m.source == "delegation"
+    ]

@@ -538,3 +538,101 @@ async def test_spawned_tool_call_is_recorded_for_the_parent(tmp_path: Path) -> N
     calls = [e for e in audit.events if isinstance(e, ToolCalled) and e.conversation_id == CONV]
     assert [c.tool for c in calls] == ["spawn_subagent"]
     await rt.aclose()
+
+
+# -- work lost in a restart ------------------------------------------------------
+
+
+def started_event(handle: str, conv: str, turn: str, task: str) -> DelegationEvent:
+    return DelegationEvent(
+        persona="boss",
+        conversation_id=conv,
+        turn_id=turn,
+        handle=handle,
+        work="subagent",
+        phase="started",
+        child_conversation_id=handle,
+        data={"task": task, "timeout_s": 300},
+    )
+
+
+def test_unfinished_delegations_come_from_the_log(tmp_path: Path) -> None:
+    from runtime.audit.rows import event_to_row
+    from runtime.audit.writer import AuditWriter
+
+    a, b, done = (
+        started_event("sub_a", CONV, "turn_1", "a"),
+        started_event("sub_b", CONV, "turn_1", "b"),
+        started_event("sub_done", CONV, "turn_0", "done"),
+    )
+    finished = done.model_copy(update={"phase": "finished", "status": "ok"})
+    other = started_event("sub_other", "x:1", "turn_9", "other").model_copy(
+        update={"persona": "someone-else"}
+    )
+    with AuditWriter(tmp_path / "audit.duckdb") as writer:
+        writer.write_rows([event_to_row(e) for e in (done, a, finished, b, other)])
+        unfinished = writer.unfinished_delegations("boss")
+    assert [e.handle for e in unfinished] == ["sub_a", "sub_b"]
+    assert unfinished[0].data["task"] == "a"
+
+
+def test_recover_reports_lost_work_once_per_batch() -> None:
+    audit = NullAudit()
+    sent: list[MessageEnvelope] = []
+    delegations = Delegations(persona="boss", deliver=sent.append, audit=audit)
+    lost = [
+        started_event("sub_a", CONV, "turn_1", "first task"),
+        started_event("sub_b", CONV, "turn_1", "second task"),
+        started_event("sub_c", "boss:other", "turn_2", "third task"),
+    ]
+    assert delegations.recover(lost) == 2
+    by_conv = {e.conversation_id: e for e in sent}
+    both = by_conv[CONV].text
+    assert both.startswith("All 2 tasks you delegated together have finished.")
+    assert "## sub_a (subagent) · crashed" in both and "task: second task" in both
+    assert "has restarted" in both
+    assert by_conv["boss:other"].text.startswith("Your delegated task has finished.")
+    assert all(e.source_kind == "wake" and e.reply_mode == "none" for e in sent)
+    finished = [e for e in audit.events if isinstance(e, DelegationEvent)]
+    assert sorted((e.handle, e.phase, e.status) for e in finished) == [
+        ("sub_a", "finished", "crashed"),
+        ("sub_b", "finished", "crashed"),
+        ("sub_c", "finished", "crashed"),
+    ]
+    assert {e.turn_id for e in finished if e.conversation_id == CONV} == {"turn_1"}
+
+
+async def test_a_restarted_persona_wakes_on_work_its_predecessor_lost(tmp_path: Path) -> None:
+    from runtime.audit.rows import event_to_row
+    from runtime.audit.writer import AuditWriter
+
+    slow = {"provider": "scripted", "name": "slow", "latency_ms": 600_000, "timeout": 900}
+    config = scripted(
+        [
+            {"when": {"contains": "finished"}, "text": "Heard back:\n{input}"},
+            {"when": {"turn": 1, "contains": "go"}, "tool_calls": [spawn("hang", model="slow")]},
+        ]
+    ) | {"subagents": {"models": {"slow": slow}}}
+    write_persona(tmp_path, "boss", config)
+    model = build_model(load_persona(tmp_path, "boss").config.model)
+    first, audit, _ = make(tmp_path, model, config=config)
+    await first.handle(ask("go"))
+    assert first.delegations.running() == 1
+    # The process dies: what it logged is all that is left (no finished event).
+    with AuditWriter(tmp_path / "audit.duckdb") as writer:
+        writer.write_rows([event_to_row(e) for e in audit.events])
+        lost = writer.unfinished_delegations("boss")
+    (handle,) = [r["handle"] for r in results(first, "spawn_subagent")]
+    assert [e.handle for e in lost] == [handle]
+    history = list(first.conversation(CONV).history)
+    first.delegations.closed = True  # its wakes go nowhere now
+    second, _, _ = make(tmp_path, model, config=config)
+    second.conversation(CONV).history = history
+    assert second.recover_delegations(lost) == 1
+    await settle(second)
+    (wake,) = wakes(second)
+    assert f"## {handle} (subagent) · crashed" in wake.text
+    final = second.conversation(CONV).history[-1]
+    assert isinstance(final, AssistantMessage) and final.text.startswith("Heard back:")
+    await first.aclose()
+    await second.aclose()

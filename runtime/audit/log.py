@@ -35,7 +35,7 @@ from runtime.audit.query import QueryResult
 from runtime.audit.rows import Row
 from runtime.audit.writer import AuditWriter
 from runtime.errors import AuditOverloadedError
-from runtime.messages import ChatMessage, ConversationRecord
+from runtime.messages import ChatMessage, ConversationRecord, DelegationEvent
 
 log = logging.getLogger("coterie.audit")
 
@@ -288,6 +288,11 @@ class AuditLog:
         return await asyncio.shield(
             self._locked(self._writer.conversation, persona, conversation_id)
         )
+
+    async def unfinished_delegations(self, persona: str) -> list[DelegationEvent]:
+        """``persona``'s delegations started and never finished (pending rows written first)."""
+        await self.flush()
+        return await asyncio.shield(self._locked(self._writer.unfinished_delegations, persona))
 
     async def stats(self) -> AuditLogStats:
         """Counters: rows and batches written, rejected rows, write errors, pending."""

@@ -26,6 +26,7 @@ from runtime.errors import AuditQueryError
 from runtime.messages import (
     ChatMessage,
     ConversationRecord,
+    DelegationEvent,
     HistoryAppended,
     TodosSet,
     turn_event_adapter,
@@ -341,6 +342,28 @@ class AuditWriter:
             else:
                 record.todos = cast(TodosSet, event).todos
         return record
+
+    def unfinished_delegations(self, persona: str) -> list[DelegationEvent]:
+        """``persona``'s delegations that started and never finished (their
+        ``started`` events, oldest first): work lost when its process died."""
+        import duckdb
+
+        try:
+            cur = self._connection().cursor()
+        except duckdb.Error as exc:
+            self._lost(exc)
+            raise
+        try:
+            rows = cur.execute(
+                "SELECT payload FROM events WHERE persona = ? AND kind = 'delegation' "
+                "AND payload->>'phase' = 'started' AND call_id NOT IN ("
+                "SELECT call_id FROM events WHERE persona = ? AND kind = 'delegation' "
+                "AND payload->>'phase' = 'finished') ORDER BY ts, seq",
+                [persona, persona],
+            ).fetchall()
+        finally:
+            cur.close()
+        return [cast(DelegationEvent, turn_event_adapter.validate_json(p)) for (p,) in rows]
 
     def close(self) -> None:
         """Close the file; further calls raise."""

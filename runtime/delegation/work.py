@@ -23,9 +23,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from runtime.delegation.records import CodingSetup, SubagentSetup, Work, WorkKind, WorkOutcome
 from runtime.errors import CoterieError, ToolError
@@ -95,7 +95,32 @@ def cut_report(text: str, handle: str, cap: int = WAKE_RESULT_CAP) -> str:
     )
 
 
-def render_wake(entries: list[_Entry]) -> str:
+class _Reported(Protocol):
+    handle: str
+    kind: WorkKind
+    label: str
+    outcome: WorkOutcome | None
+
+
+@dataclass
+class _Lost:
+    """Work a predecessor of this process started and never reported."""
+
+    handle: str
+    kind: WorkKind
+    label: str
+    outcome: WorkOutcome | None
+
+
+#: Why work started before a restart reports ``crashed``.
+LOST_ERROR = (
+    "the persona's process stopped while this ran (a crash or a forced stop) and has "
+    "restarted; the work was stopped with it and its result is lost — start it again if "
+    "it is still needed"
+)
+
+
+def render_wake(entries: Sequence[_Reported]) -> str:
     """The text of one grouped completion wake."""
     n = len(entries)
     head = (
@@ -209,7 +234,9 @@ class Delegations:
         group.handles.append(handle)
         if not batch_id:
             group.sealed = True
-        self._event(entry, "started", None, {"timeout_s": timeout, **(data or {})})
+        self._event(
+            entry, "started", None, {"task": entry.label, "timeout_s": timeout, **(data or {})}
+        )
         entry.task = asyncio.get_running_loop().create_task(
             self._watch(entry), name=f"delegation-{handle}"
         )
@@ -337,6 +364,59 @@ class Delegations:
             self.wakes_sent += 1
         except CoterieError as exc:  # the persona is closing
             log.warning("completion of %s not delivered: %s", group.handles, exc)
+
+    def recover(self, started: Sequence[DelegationEvent]) -> int:
+        """Report work that an earlier process of this persona started and
+        never reported (``started`` events without a ``finished`` one, e.g.
+        from the audit log after a crash): each is logged ``crashed`` and its
+        conversation gets one wake per batch saying so. The number of wakes.
+        """
+        groups: dict[tuple[str, str], list[DelegationEvent]] = {}
+        for event in started:
+            if event.phase == "started" and event.handle not in self._entries:
+                groups.setdefault((event.conversation_id, event.turn_id), []).append(event)
+        sent = 0
+        for (conversation_id, _), events in groups.items():
+            lost = []
+            for event in events:
+                outcome = WorkOutcome(status="crashed", error=LOST_ERROR)
+                label = str(event.data.get("task", ""))
+                lost.append(_Lost(event.handle, event.work, label, outcome))
+                self.audit.record(
+                    event.model_copy(
+                        update={
+                            "ts": time.time(),
+                            "phase": "finished",
+                            "status": "crashed",
+                            "data": {"error": LOST_ERROR, "result": "", "recovered": True},
+                        }
+                    )
+                )
+            log.warning(
+                "%s: %d delegation(s) lost in a restart, reported to %s: %s",
+                self.persona,
+                len(lost),
+                conversation_id,
+                ", ".join(e.handle for e in lost),
+            )
+            if self.closed:
+                continue
+            envelope = MessageEnvelope(
+                sender=WAKE_SENDER,
+                recipient=self.persona,
+                conversation_id=conversation_id,
+                text=render_wake(lost),
+                source_kind="wake",
+                reply_mode="none",
+            )
+            try:
+                self.deliver(envelope)
+            except CoterieError as exc:  # the persona is closing
+                log.warning("report of lost %s not delivered: %s", [e.handle for e in lost], exc)
+                continue
+            self.wakes_sent += 1
+            sent += 1
+        return sent
 
     def _forget_old(self) -> None:
         finished = [h for h, e in self._entries.items() if e.outcome is not None]
