@@ -133,10 +133,12 @@ class RaySubagents:
 
     async def launch(self, request: SubagentRequest) -> Work:
         actor = self._spare.pop() if self._spare else self._new_actor()
+        # The task first: a new worker's start competes for the CPU.
+        work = _RayWork(actor, request)
         while len(self._spare) < self.spares:
             self._spare.append(self._new_actor())
         self.launched += 1
-        return _RayWork(actor, request)
+        return work
 
     def close(self) -> None:
         spare, self._spare = self._spare, []
