@@ -34,14 +34,10 @@ What the agent may do is decided here, inside the rails:
   sandbox: bubblewrap) run commands under that sandbox, in the workspace or
   below (:mod:`runtime.delegation.acp_terminals`); each is logged.
 
-Errors, drawn from :class:`runtime.errors.CoterieError`::
-
-    CoterieError
-    └── AcpError                    .kind: AcpErrorKind; raised by AcpSession.start only
-        ├── AcpStartError           missing_binary, exited, missing_secret
-        ├── AcpStartupTimeoutError  startup_timeout: no session within startup_timeout
-        └── AcpProtocolError        protocol_error: the agent answered with an error
-                                    (or speaks another ACP version)
+Errors (:class:`AcpError` and its subclasses), events and the result are
+in :mod:`runtime.delegation.acp_records` (re-exported here); the rails —
+permission decisions, paths, changed files — in
+:mod:`runtime.delegation.acp_rails`.
 
 :meth:`AcpSession.prompt` turns every failure of a running agent (``crashed``,
 ``protocol_error``, ``timeout``) into a :class:`CodingResult` with ``error`` and
@@ -61,9 +57,9 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import acp
 from acp.client.connection import ClientSideConnection
@@ -71,12 +67,10 @@ from acp.schema import (
     AgentMessageChunk,
     AgentPlanUpdate,
     AgentThoughtChunk,
-    AllowedOutcome,
     ClientCapabilities,
     CreateTerminalResponse,
     DeniedOutcome,
     EnvVariable,
-    FileEditToolCallContent,
     FileSystemCapabilities,
     Implementation,
     KillTerminalResponse,
@@ -92,11 +86,41 @@ from acp.schema import (
     WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from runtime.delegation.acp_roster import AgentSpec, PermissionPolicy, resolve_agent_env
+from runtime.delegation.acp_rails import (
+    changed_files,
+    decide_permission,
+    inside_root,
+    read_text,
+    request_paths,
+    snapshot_tree,
+    write_text,
+)
+from runtime.delegation.acp_records import (
+    AcpError,
+    AcpErrorKind,
+    AcpEvent,
+    AcpProtocolError,
+    AcpStartError,
+    AcpStartupTimeoutError,
+    AnyEvent,
+    CodingResult,
+    FileAccessEvent,
+    MessageEvent,
+    PermissionDecision,
+    PermissionEvent,
+    PlanEvent,
+    PlanStep,
+    StopReason,
+    TerminalEvent,
+    ThoughtEvent,
+    ToolCallEvent,
+    UpdateCallback,
+)
+from runtime.delegation.acp_roster import AgentSpec, resolve_agent_env
 from runtime.delegation.acp_terminals import Terminal, Terminals
-from runtime.errors import CoterieError, ToolError
+from runtime.errors import ToolError
 from runtime.shell.env import scrubbed_env
 from runtime.shell.sandbox import Sandbox
 
@@ -104,21 +128,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-AcpErrorKind = Literal[
-    "missing_binary",
-    "exited",
-    "missing_secret",
-    "startup_timeout",
-    "protocol_error",
-    "crashed",
-    "timeout",
-]
-StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
-
 #: Newline-delimited JSON frames may be large (file contents, diffs).
 STDIO_LIMIT_BYTES = 50 * 1024 * 1024
-#: fs callbacks refuse files or contents above this.
-FS_MAX_BYTES = 10 * 1024 * 1024
 #: Characters of one agent message kept (in ``events`` and the result's ``text``).
 MAX_MESSAGE_CHARS = 200_000
 #: Seconds between looks at whether the agent process has exited.
@@ -129,306 +140,6 @@ KILL_GRACE_S = 2.0
 CANCEL_GRACE_S = 5.0
 #: Characters of stderr quoted in an error.
 STDERR_TAIL_CHARS = 1500
-#: Folders the changed-files snapshot does not enter.
-SNAPSHOT_SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
-#: Keys of a tool call's raw input that name a path (Claude Code, Gemini, Codex).
-PATH_KEYS = ("file_path", "path", "notebook_path", "filePath", "abs_path", "absolute_path")
-#: Tool kinds the workspace policy allows without a path to check.
-PATHLESS_KINDS_ALLOWED = frozenset({"think", "switch_mode"})
-
-
-# -- errors ------------------------------------------------------------------
-
-
-class AcpError(CoterieError):
-    """An ACP coding agent could not be started or failed; ``kind`` says how."""
-
-    default_kind: AcpErrorKind = "protocol_error"
-
-    def __init__(self, message: str, kind: AcpErrorKind | None = None) -> None:
-        self.kind: AcpErrorKind = kind or self.default_kind
-        self.detail = message
-        super().__init__(message)
-
-    def __reduce__(self) -> tuple[type, tuple[str, AcpErrorKind]]:
-        return (type(self), (self.detail, self.kind))
-
-
-class AcpStartError(AcpError):
-    """The agent could not be started: binary missing, exited at once, secret missing."""
-
-    default_kind: AcpErrorKind = "exited"
-
-
-class AcpStartupTimeoutError(AcpError):
-    """The agent did not answer ``initialize``/``session/new`` within its startup timeout."""
-
-    default_kind: AcpErrorKind = "startup_timeout"
-
-
-class AcpProtocolError(AcpError):
-    """The agent answered with a JSON-RPC error or something the SDK could not read."""
-
-    default_kind: AcpErrorKind = "protocol_error"
-
-
-# -- events and results ------------------------------------------------------
-
-
-class _Event(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    at: float = Field(default_factory=time.time)
-
-
-class MessageEvent(_Event):
-    """Text of the agent's reply (chunks of one message are merged in ``events``)."""
-
-    kind: Literal["message"] = "message"
-    text: str
-
-
-class ThoughtEvent(_Event):
-    kind: Literal["thought"] = "thought"
-    text: str
-
-
-class ToolCallEvent(_Event):
-    """A tool call the agent started (``update=False``) or an update of it."""
-
-    kind: Literal["tool_call"] = "tool_call"
-    tool_call_id: str
-    update: bool = False
-    title: str | None = None
-    tool_kind: str | None = None
-    status: Literal["pending", "in_progress", "completed", "failed"] | None = None
-    paths: list[str] = Field(default_factory=list)
-
-
-class PlanStep(BaseModel):
-    content: str
-    status: Literal["pending", "in_progress", "completed"]
-    priority: Literal["high", "medium", "low"]
-
-
-class PlanEvent(_Event):
-    kind: Literal["plan"] = "plan"
-    steps: list[PlanStep]
-
-
-class PermissionDecision(BaseModel):
-    """How one ``session/request_permission`` was answered, and why."""
-
-    tool_call_id: str
-    title: str | None = None
-    tool_kind: str | None = None
-    paths: list[str] = Field(default_factory=list)
-    decision: Literal["allow", "deny"]
-    option_id: str | None = None
-    reason: str
-
-
-class PermissionEvent(_Event):
-    kind: Literal["permission"] = "permission"
-    decision: PermissionDecision
-
-
-class FileAccessEvent(_Event):
-    """An ``fs/read_text_file`` or ``fs/write_text_file`` call, allowed or refused."""
-
-    kind: Literal["file"] = "file"
-    op: Literal["read", "write"]
-    path: str
-    allowed: bool
-    detail: str = ""
-
-
-class TerminalEvent(_Event):
-    """A client terminal: created (or refused), waited for, killed, released."""
-
-    kind: Literal["terminal"] = "terminal"
-    op: Literal["create", "exit", "kill", "release"]
-    terminal_id: str | None = None
-    command: str
-    cwd: str | None = None
-    allowed: bool = True
-    exit_code: int | None = None
-    signal: str | None = None
-    detail: str = ""
-
-
-AnyEvent = (
-    MessageEvent
-    | ThoughtEvent
-    | ToolCallEvent
-    | PlanEvent
-    | PermissionEvent
-    | FileAccessEvent
-    | TerminalEvent
-)
-#: The events as one discriminated union (``TypeAdapter(AcpEvent)`` reads them back).
-AcpEvent = Annotated[AnyEvent, Field(discriminator="kind")]
-UpdateCallback = Callable[[AnyEvent], Awaitable[None] | None]
-
-
-class CodingResult(BaseModel):
-    """The outcome of one delegated task."""
-
-    agent: str
-    session_id: str | None = None
-    stop_reason: StopReason | None = None
-    text: str = Field(default="", description="the agent's final message")
-    files_changed: list[str] = Field(
-        default_factory=list, description="created, modified or deleted; relative to the workspace"
-    )
-    files_changed_complete: bool = Field(
-        default=True, description="false when the workspace was too large to snapshot whole"
-    )
-    permissions: list[PermissionDecision] = Field(default_factory=list)
-    tool_calls: int = 0
-    error: str | None = None
-    error_kind: AcpErrorKind | None = None
-    killed: bool = Field(default=False, description="the group was killed before the turn ended")
-    duration_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.stop_reason == "end_turn"
-
-
-# -- the rails ---------------------------------------------------------------
-
-
-def inside_root(root: Path, raw: str, *, base: Path | None = None) -> Path | None:
-    """``raw`` resolved (symlinks followed) if it lies inside ``root``, else ``None``.
-
-    A relative ``raw`` is taken from ``base`` (default ``root``). ``root``
-    must already be resolved. Touches the file system: call it off the loop.
-    """
-    if not raw or "\x00" in raw:
-        return None
-    path = Path(raw)
-    if not path.is_absolute():
-        path = (base or root) / path
-    real = Path(os.path.realpath(path))
-    if real == root or real.is_relative_to(root):
-        return real
-    return None
-
-
-def _request_paths(tool_call: ToolCallUpdate) -> list[str]:
-    paths: list[str] = [loc.path for loc in tool_call.locations or []]
-    raw = tool_call.raw_input
-    if isinstance(raw, dict):
-        paths.extend(str(raw[k]) for k in PATH_KEYS if isinstance(raw.get(k), str) and raw[k])
-    for item in tool_call.content or []:
-        if isinstance(item, FileEditToolCallContent):
-            paths.append(item.path)
-    return list(dict.fromkeys(paths))
-
-
-def _pick_option(
-    options: Iterable[PermissionOption], kinds: tuple[str, ...]
-) -> PermissionOption | None:
-    listed = list(options)
-    for kind in kinds:
-        for option in listed:
-            if option.kind == kind:
-                return option
-    return None
-
-
-def decide_permission(
-    policy: PermissionPolicy,
-    *,
-    root: Path,
-    tool_call: ToolCallUpdate,
-    options: list[PermissionOption],
-) -> tuple[PermissionDecision, RequestPermissionResponse]:
-    """The answer to one permission request under ``policy`` (see the module docstring).
-
-    ``root`` must be resolved. Touches the file system (symlinks): call it off
-    the event loop.
-    """
-    paths = _request_paths(tool_call)
-    if policy == "allow":
-        allow, reason = True, "policy allow"
-    elif policy == "deny":
-        allow, reason = False, "policy deny"
-    elif not paths:
-        allow = (tool_call.kind or "") in PATHLESS_KINDS_ALLOWED
-        reason = (
-            f"kind {tool_call.kind} touches no path"
-            if allow
-            else f"no path to check inside the workspace (kind {tool_call.kind or 'unknown'})"
-        )
-    else:
-        outside = [p for p in paths if inside_root(root, p) is None]
-        dotenv = [p for p in paths if Path(p).name == ".env"]
-        allow = not outside and not dotenv
-        if outside:
-            reason = f"outside the workspace {root}: {', '.join(outside)}"
-        elif dotenv:
-            reason = f".env files are off limits: {', '.join(dotenv)}"
-        else:
-            reason = "every path inside the workspace"
-    if allow:
-        option = _pick_option(options, ("allow_once", "allow_always"))
-    else:
-        option = _pick_option(options, ("reject_once", "reject_always"))
-    decision = PermissionDecision(
-        tool_call_id=tool_call.tool_call_id,
-        title=tool_call.title,
-        tool_kind=tool_call.kind,
-        paths=paths,
-        decision="allow" if allow and option is not None else "deny",
-        option_id=option.option_id if option is not None else None,
-        reason=reason if option is not None or not allow else f"{reason}; no allow option offered",
-    )
-    if option is None:
-        response = RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-    else:
-        response = RequestPermissionResponse(
-            outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
-        )
-    return decision, response
-
-
-Snapshot = dict[str, tuple[int, int, int]]
-
-
-def snapshot_tree(root: Path, *, limit: int) -> tuple[Snapshot, bool]:
-    """``(mtime_ns, size, inode)`` of every file under ``root`` (symlinks not
-    followed, VCS folders skipped), and whether the walk was complete (false
-    when ``limit`` files were reached). Blocking: call it through
-    ``asyncio.to_thread``."""
-    out: Snapshot = {}
-    stack = [str(root)]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = os.scandir(folder)
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if entry.name not in SNAPSHOT_SKIP_DIRS:
-                            stack.append(entry.path)
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if len(out) >= limit:
-                    return out, False
-                out[os.path.relpath(entry.path, root)] = (st.st_mtime_ns, st.st_size, st.st_ino)
-    return out, True
-
-
-def changed_files(before: Snapshot, after: Snapshot) -> list[str]:
-    """Paths created, modified or deleted between two snapshots."""
-    keys = before.keys() | after.keys()
-    return sorted(k for k in keys if before.get(k) != after.get(k))
 
 
 def _live_group_members(pgid: int) -> list[int]:
@@ -463,34 +174,6 @@ def _read_tail(path: Path, start: int, chars: int) -> str:
     except OSError:
         return ""
     return data.decode("utf-8", errors="replace").strip()[-chars:]
-
-
-def _read_text(path: Path, line: int | None, limit: int | None) -> str:
-    with open(path, "rb") as f:
-        data = f.read(FS_MAX_BYTES + 1)
-    if len(data) > FS_MAX_BYTES:
-        raise acp.RequestError(-32602, f"{path} is larger than {FS_MAX_BYTES} bytes")
-    text = data.decode("utf-8", errors="replace")
-    if line is None and limit is None:
-        return text
-    lines = text.splitlines(keepends=True)
-    first = max((line or 1) - 1, 0)
-    last = len(lines) if limit is None else first + limit
-    return "".join(lines[first:last])
-
-
-def _write_text(root: Path, path: Path, content: str) -> None:
-    data = content.encode("utf-8")
-    if len(data) > FS_MAX_BYTES:
-        raise acp.RequestError(-32602, f"content is larger than {FS_MAX_BYTES} bytes")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A parent swapped for a symlink meanwhile must not lead outside.
-    if inside_root(root, str(path.parent)) is None:
-        raise acp.RequestError(-32602, f"{path} is outside the workspace {root}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
 
 
 # -- the session -------------------------------------------------------------
@@ -1054,7 +737,7 @@ class AcpSession:
                 tool_call_id=tool_call.tool_call_id,
                 title=tool_call.title,
                 tool_kind=tool_call.kind,
-                paths=_request_paths(tool_call),
+                paths=request_paths(tool_call),
                 decision="deny",
                 reason="the task is being cancelled",
             )
@@ -1098,7 +781,7 @@ class AcpSession:
     async def _on_read(self, raw: str, line: int | None, limit: int | None) -> ReadTextFileResponse:
         path = await self._checked_path("read", raw)
         try:
-            content = await asyncio.to_thread(_read_text, path, line, limit)
+            content = await asyncio.to_thread(read_text, path, line, limit)
         except FileNotFoundError:
             raise acp.RequestError(-32002, f"{raw} does not exist", {"path": raw}) from None
         except IsADirectoryError:
@@ -1109,7 +792,7 @@ class AcpSession:
     async def _on_write(self, raw: str, content: str) -> WriteTextFileResponse:
         path = await self._checked_path("write", raw)
         try:
-            await asyncio.to_thread(_write_text, self.workspace, path, content)
+            await asyncio.to_thread(write_text, self.workspace, path, content)
         except OSError as exc:
             detail = f"cannot write {raw}: {exc.strerror or exc}"
             await self._emit(FileAccessEvent(op="write", path=raw, allowed=False, detail=detail))
@@ -1253,6 +936,7 @@ __all__ = [
     "AcpSession",
     "AcpStartError",
     "AcpStartupTimeoutError",
+    "AnyEvent",
     "CodingResult",
     "FileAccessEvent",
     "MessageEvent",
@@ -1261,6 +945,7 @@ __all__ = [
     "PlanEvent",
     "PlanStep",
     "StopReason",
+    "TerminalEvent",
     "ThoughtEvent",
     "ToolCallEvent",
     "UpdateCallback",

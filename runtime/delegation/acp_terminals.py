@@ -32,23 +32,13 @@ from pathlib import Path
 import acp
 from acp.schema import EnvVariable, TerminalExitStatus
 
+from runtime.delegation.acp_rails import inside_root
 from runtime.shell.env import scrubbed_env
 from runtime.shell.sandbox import Sandbox
 
 MAX_OUTPUT_BYTES = 1_000_000
 MAX_TERMINALS = 16
 _READ_CHUNK = 64 * 1024
-
-
-def _inside(root: Path, raw: str | None) -> Path | None:
-    """``raw`` (absolute, or relative to ``root``) resolved, if inside ``root``."""
-    if raw is None or raw == "":
-        return root
-    if "\x00" in raw:
-        return None
-    path = Path(raw) if os.path.isabs(raw) else root / raw
-    real = Path(os.path.realpath(path))
-    return real if real == root or real.is_relative_to(root) else None
 
 
 def _signal_name(code: int) -> str:
@@ -158,7 +148,7 @@ class Terminals:
                 -32603,
                 f"terminal/create: {self.max_terminals} terminals are open; release one first",
             )
-        where = await asyncio.to_thread(_inside, self.root, cwd)
+        where = self.root if not cwd else await asyncio.to_thread(inside_root, self.root, cwd)
         if where is None:
             raise acp.RequestError(
                 -32602, f"terminal/create: cwd {cwd} is outside the workspace {self.root}"
