@@ -35,11 +35,12 @@ import asyncio
 import itertools
 import json
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.testing._http import LocalHttpServer
 
 __all__ = [
     "AnthropicStreamServer",
@@ -187,12 +188,13 @@ def _pieces(text: str, n: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-class AnthropicStreamServer:
+class AnthropicStreamServer(LocalHttpServer):
     """The rule-scripted Messages API server (see the module docstring)."""
 
     def __init__(
         self, *, rules: list[Rule] | None = None, default: Reply | None = None, model: str = ""
     ) -> None:
+        super().__init__()
         self.rules: list[Rule] = list(rules or [])
         self.default = default or Reply(text="ok")
         self.model = model
@@ -201,8 +203,6 @@ class AnthropicStreamServer:
         #: Set when a reply with a ``stall`` has sent ``message_start`` and waits.
         self.stalling = asyncio.Event()
         self._ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
     # -- scripting ---------------------------------------------------------
 
@@ -235,42 +235,13 @@ class AnthropicStreamServer:
 
     # -- lifecycle ---------------------------------------------------------
 
-    async def start(self) -> Self:
-        """Bind to an ephemeral port on 127.0.0.1 and start serving."""
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def _add_routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
-        return self
-
-    async def stop(self) -> None:
-        """Stop serving; idempotent."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>``: the value for ``ANTHROPIC_BASE_URL``."""
-        if self._port is None:
-            raise RuntimeError("server is not started")
-        return f"http://127.0.0.1:{self._port}"
+        return self.root_url
 
     # -- serving -----------------------------------------------------------
 

@@ -33,6 +33,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from runtime.testing._http import LocalHttpServer
+
 __all__ = ["FakeAnthropicServer", "FakeModelServer", "FakeOpenAIServer", "ScriptedReply"]
 
 
@@ -49,7 +51,7 @@ class ScriptedReply:
     latency: float | None = None
 
 
-class FakeModelServer:
+class FakeModelServer(LocalHttpServer):
     """Shared machinery: lifecycle, recording, the reply queue, latency."""
 
     #: The POST route the SDK calls, relative to the server root.
@@ -63,6 +65,7 @@ class FakeModelServer:
         model: str = "fake-model",
         backlog: int = 4096,
     ) -> None:
+        super().__init__()
         self.latency = latency
         # ``None`` makes an unscripted request fail loudly (HTTP 500).
         self.default_text = default_text
@@ -73,47 +76,16 @@ class FakeModelServer:
         self.max_in_flight = 0
         self._queue: deque[ScriptedReply] = deque()
         self._ids = itertools.count(1)
-        self._backlog = backlog
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
+        # A large backlog keeps a burst of 1,000 connects from overflowing
+        # the listen queue (which shows up as ~1 s SYN-retry stalls).
+        self.backlog = backlog
         self._thread: threading.Thread | None = None
         self._thread_loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
-    async def start(self) -> Self:
-        """Bind to an ephemeral port on 127.0.0.1 and start serving."""
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def _add_routes(self, app: web.Application) -> None:
         app.router.add_post(self.route, self._handle)
-        # handler_cancellation: a client that timed out should not leave a
-        # sleeping handler behind that delays shutdown.
-        self._runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
-        )
-        await self._runner.setup()
-        # A large backlog keeps a burst of 1,000 connects from overflowing
-        # the listen queue (which shows up as ~1 s SYN-retry stalls).
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=self._backlog)
-        await site.start()
-        self._port = int(self._runner.addresses[0][1])
-        return self
-
-    async def stop(self) -> None:
-        """Stop serving; idempotent."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     def start_in_thread(self, timeout: float = 10.0) -> Self:
         """Serve from a daemon thread running its own event loop."""
@@ -155,13 +127,6 @@ class FakeModelServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop_thread()
-
-    @property
-    def root_url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        if self._port is None:
-            raise RuntimeError("server is not started")
-        return f"http://127.0.0.1:{self._port}"
 
     @property
     def base_url(self) -> str:
