@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from coterie import eval_cli
 from runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
 from runtime.errors import CoterieError, PersonaConfigError
 
@@ -154,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="run a read-only SQL query on the audit store")
     p.add_argument("sql")
     p.add_argument("--json", action="store_true", help="print rows as JSON")
+
+    eval_cli.add_parser(sub)
     return parser
 
 
@@ -163,6 +166,7 @@ COMMANDS = {
     "ask": cmd_ask,
     "chat": cmd_chat,
     "audit": cmd_audit,
+    "eval": eval_cli.cmd_eval,
 }
 
 

@@ -8,7 +8,8 @@ returned as tool-result strings (see ``runtime.runner``).
 
     CoterieError
     ├── ConfigError                 a config or persona file is wrong
-    │   └── PersonaConfigError      names the file, the field and what was expected
+    │   ├── PersonaConfigError      names the file, the field and what was expected
+    │   └── TaskFileError           an eval task or its dataset (runtime.eval.task)
     ├── UnknownPersonaError         no persona of that name exists
     ├── ModelError                  a model provider failed
     │   ├── MissingAPIKeyError      names the environment variable to set
@@ -20,6 +21,9 @@ returned as tool-result strings (see ``runtime.runner``).
     │   ├── PersonaPassivatedError  the actor is closing; resolve the persona again
     │   ├── AskCycleError           the ask would wait on a persona waiting on the asker
     │   └── ActorLostError          an actor's process is gone (it may be restarting)
+    ├── ScorerError                 an eval scorer could not score (runtime.eval.scorers)
+    ├── SampleLimitReached          a per-sample eval limit ended it (runtime.eval.limits)
+    ├── EvalStoreError              the eval results store refused (runtime.eval.store)
     ├── AuditQueryError             an audit query was refused or failed
     ├── AuditOverloadedError        the audit log holds too many unwritten rows right now
     └── AuditSpoolInUseError        another audit buffer holds the spool file

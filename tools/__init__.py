@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from runtime.tool import ToolRegistry
+from tools.calc import CALC_TOOLS
 from tools.control import CONTROL_TOOLS
 from tools.delegation import DELEGATION_TOOLS
 from tools.files import FILE_TOOLS
@@ -18,6 +19,7 @@ def builtin_registry() -> ToolRegistry:
     return ToolRegistry(
         [
             *CONTROL_TOOLS,
+            *CALC_TOOLS,
             *PERSONA_TOOLS,
             *DELEGATION_TOOLS,
             *MEMORY_TOOLS,
@@ -30,6 +32,7 @@ def builtin_registry() -> ToolRegistry:
 
 
 __all__ = [
+    "CALC_TOOLS",
     "CONTROL_TOOLS",
     "DELEGATION_TOOLS",
     "FILE_TOOLS",

@@ -172,6 +172,17 @@ def fill_template(text: str, request: ModelRequest) -> str:
     return text
 
 
+def fill_arguments(arguments: Any, request: ModelRequest) -> Any:
+    """A scripted tool call's arguments with the templates of their strings filled."""
+    if isinstance(arguments, str):
+        return fill_template(arguments, request)
+    if isinstance(arguments, dict):
+        return {k: fill_arguments(v, request) for k, v in arguments.items()}
+    if isinstance(arguments, list):
+        return [fill_arguments(v, request) for v in arguments]
+    return arguments
+
+
 def last_tool_result(request: ModelRequest) -> str:
     """Content of the newest tool result in the request, or ''."""
     for message in reversed(request.messages):
@@ -189,8 +200,9 @@ class RulesModel:
     ``turn`` is the 1-based model call within the current turn, ``contains``
     matches the latest user/inbox text case-insensitively, ``context`` is the
     kind of turn (``user``, ``heartbeat``, ``cron``, ``subagent``, ``eval``).
-    In a rule's text, ``{last_tool_result}`` is the newest tool result,
-    ``{tool_result_N}`` the N-th result of the latest tool batch,
+    In a rule's text and in the strings of its tool calls' arguments,
+    ``{last_tool_result}`` is the newest tool result, ``{tool_result_N}`` the
+    N-th result of the latest tool batch,
     ``{tool_results}`` all of them and ``{input}`` the latest user, inbox or
     wake text. ``default`` answers when nothing matches.
 
@@ -225,7 +237,9 @@ class RulesModel:
             if not self._matches(rule, request):
                 continue
             text = fill_template(rule.text or "", request)
-            calls = [tool_call(c.name, c.arguments) for c in rule.tool_calls]
+            calls = [
+                tool_call(c.name, fill_arguments(c.arguments, request)) for c in rule.tool_calls
+            ]
             if forced.kind == "none":
                 calls = []
             return AssistantMessage(text=text, tool_calls=calls)

@@ -1,0 +1,160 @@
+"""Eval workers on Ray: a pool of actors spread over the cluster's nodes.
+
+Each :class:`EvalWorkerActor` is a thin shell over
+:class:`runtime.eval.worker.SampleWorker`: it runs many samples at once (an
+async actor), each in a fresh persona of its own with a scratch workspace on
+its node's local disk, and sends the samples' audit events to the runtime's
+AuditLog actor and their memories to its MemoryStore (a scope per sample).
+:class:`RayExecutor` starts the pool (round-robin over the alive nodes),
+sends each attempt to the worker with the
+fewest in flight, and replaces a worker that died (the attempt is then an
+``error``, retried by the runner).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors._ray import audit_buffer_for, memory_backend, remote
+from runtime.config import RuntimeSettings
+from runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
+from runtime.memory import MemoryClient
+from tools import builtin_registry
+
+
+class EvalWorkerActor:
+    """Runs sample attempts of one eval run (many concurrently)."""
+
+    def __init__(
+        self,
+        solvers: dict[str, str],
+        *,
+        audit_actor: str,
+        memory_actor: str,
+        namespace: str,
+        settings: RuntimeSettings,
+        connections: int,
+    ) -> None:
+        self.scratch = Path(tempfile.mkdtemp(prefix="coterie-eval-"))
+        audit = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
+        memory = memory_backend(ray.get_actor(memory_actor, namespace=namespace))
+        self.worker = SampleWorker(
+            {name: SolverSetup.model_validate_json(data) for name, data in solvers.items()},
+            registry=builtin_registry(),
+            scratch=self.scratch,
+            audit=audit,
+            settings=settings,
+            connections=connections,
+            memory=lambda scope: MemoryClient(memory, scope),
+            node=ray.get_runtime_context().get_node_id(),
+        )
+
+    async def run(self, data: str) -> str:
+        run = await self.worker.run(SampleJob.model_validate_json(data))
+        return run.model_dump_json()
+
+    async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
+        return await self.worker.grade(grader, prompt, conversation_id)
+
+    async def node(self) -> tuple[str | None, int]:
+        return self.worker.node, os.getpid()
+
+    async def close(self) -> None:
+        await self.worker.aclose()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+EvalWorkerRemote = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(EvalWorkerActor)
+
+
+class RayExecutor:
+    """The runner's :class:`~runtime.eval.runner.Executor` over worker actors."""
+
+    def __init__(
+        self,
+        solvers: dict[str, SolverSetup],
+        *,
+        workers: int,
+        audit_actor: str,
+        memory_actor: str,
+        namespace: str,
+        settings: RuntimeSettings,
+        max_connections: int,
+    ) -> None:
+        self._args: dict[str, Any] = {
+            "audit_actor": audit_actor,
+            "memory_actor": memory_actor,
+            "namespace": namespace,
+            "settings": settings,
+            # Each worker gets its share of the per-provider connections.
+            "connections": max(1, max_connections // workers),
+        }
+        self._solvers = {name: s.model_dump_json() for name, s in solvers.items()}
+        # Round-robin over the nodes alive now; a replacement goes where Ray
+        # finds room (its node may be the one that went away).
+        self._nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        self._actors = [self._start(i) for i in range(workers)]
+        self._load = [0] * workers
+
+    def _start(self, index: int, *, replacing: bool = False) -> Any:
+        strategy: Any = "SPREAD"
+        if self._nodes and not replacing:
+            node = self._nodes[index % len(self._nodes)]
+            strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        return EvalWorkerRemote.options(  # type: ignore[attr-defined]
+            scheduling_strategy=strategy
+        ).remote(self._solvers, **self._args)
+
+    async def nodes(self) -> list[str | None]:
+        """The node each worker runs on (waits until all are up)."""
+        return [(await remote(a.node.remote()))[0] for a in self._actors]
+
+    def _pick(self) -> int:
+        return min(range(len(self._actors)), key=self._load.__getitem__)
+
+    async def run(self, job: SampleJob) -> SampleRun:
+        index = self._pick()
+        actor = self._actors[index]
+        self._load[index] += 1
+        try:
+            data: str = await remote(actor.run.remote(job.model_dump_json()))
+            return SampleRun.model_validate_json(data)
+        except Exception as exc:  # boundary: the worker died or Ray failed the call
+            if self._actors[index] is actor:
+                self._actors[index] = self._start(index, replacing=True)
+            now = time.time()
+            return SampleRun(
+                status="error",
+                error=f"the eval worker failed: {type(exc).__name__}: {exc}",
+                started_at=now,
+                ended_at=now,
+                persona=job.solver,
+                conversation_id=job.conversation_id,
+            )
+        finally:
+            self._load[index] -= 1
+
+    async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
+        actor = self._actors[self._pick()]
+        text: str = await remote(actor.grade.remote(grader, prompt, conversation_id))
+        return text
+
+    async def aclose(self) -> None:
+        for actor in self._actors:
+            try:
+                await remote(actor.close.remote())
+            except Exception:  # boundary: already gone
+                pass
+            ray.kill(actor, no_restart=True)
+        self._actors = []
+
+
+__all__ = ["EvalWorkerActor", "EvalWorkerRemote", "RayExecutor"]
