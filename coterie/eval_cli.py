@@ -161,6 +161,7 @@ async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore
                 scorers=plan.scorers,
                 graders=plan.graders,
                 on_progress=show,
+                pass_tag=plan.pass_tag,
             )
             return await runner.run()
     finally:
@@ -169,7 +170,15 @@ async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore
 
 def cmd_eval(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
-    store = open_store(home)
+    reading = bool(args.list or args.show or args.compare)
+    if reading and not (home / "evals.duckdb").is_file():
+        if args.list:
+            console.print(f"No eval runs in {home} yet.")
+            return 0
+        raise ConfigError(f"no eval results in {home / 'evals.duckdb'} yet")
+    # Reads open the file read-only (still not while a run writes it: DuckDB
+    # lets one process at a time hold a file that is being written).
+    store = open_store(home, read_only=reading)
     try:
         if args.list:
             return _list(store)

@@ -4,14 +4,18 @@ the samples run on both nodes."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 
 from coterie import cli
 
@@ -162,3 +166,84 @@ def test_samples_run_on_both_nodes_of_a_two_node_cluster(two_nodes: str, tmp_pat
         ).fetchall()
     summary = [line for line in done.stdout.splitlines() if "on nodes" in line]
     assert len(per_node) == 2 and sum(n for _, n in per_node) == 8, (per_node, summary)
+
+
+def test_ctrl_c_stops_a_run_and_resume_finishes_it(tmp_path: Path) -> None:
+    """SIGINT to ``coterie eval`` (what Ctrl-C sends), then ``--resume``."""
+    home = tmp_path / "home"
+    rows = [{"id": f"s{i}", "input": f"{i} + {i}", "target": str(2 * i)} for i in range(30)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    solver = {
+        "inline": {
+            "tools": {"allow": ["calculate"]},
+            "model": {
+                "provider": "scripted",
+                "latency_ms": 150,
+                "rules": [
+                    {
+                        "when": {"turn": 1},
+                        "tool_calls": [
+                            {"name": "calculate", "arguments": {"expression": "{input}"}}
+                        ],
+                    },
+                    {"when": {"turn": 2}, "text": "= {last_tool_result}"},
+                ],
+            },
+        }
+    }
+    task = tmp_path / "task.yaml"
+    task.write_text(
+        yaml.safe_dump(
+            {
+                "name": "slow-sums",
+                "dataset": {"path": "data.jsonl"},
+                "solver": solver,
+                "scorers": [{"type": "includes"}],
+                "max_samples": 2,
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    base = [sys.executable, "-m", "coterie", "--home", str(home), "eval"]
+    proc = subprocess.Popen(
+        [*base, str(task), "--run-id", "cut", "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the run has started once its first line is out
+        if "running cut" in line:
+            break
+    time.sleep(8)  # some samples finish (0.3 s each, two at a time), not all 30
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, out
+    assert "resume with `coterie eval --resume cut`" in out
+    with duckdb.connect(str(home / "evals.duckdb"), read_only=True) as con:
+        (status,) = con.execute("select status from eval_runs where run_id = 'cut'").fetchone()
+        (first,) = con.execute("select count(*) from eval_samples where run_id = 'cut'").fetchone()
+    assert status == "interrupted" and 0 < first < 30, (status, first)
+
+    done = subprocess.run(
+        [*base, "--resume", "cut"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{30 - first} run now, {first} already finished, 0 errors" in done.stdout
+    with duckdb.connect(str(home / "evals.duckdb"), read_only=True) as con:
+        assert con.execute(
+            "select count(*), count(distinct sample_id), min(attempts), max(attempts) "
+            "from eval_samples where run_id = 'cut' and status = 'ok'"
+        ).fetchone() == (30, 30, 1, 1)
+    # The model calls of the finished samples: two each; none was run again.
+    with duckdb.connect(str(home / "audit.duckdb"), read_only=True) as con:
+        calls = dict(
+            con.execute(
+                "select split_part(conversation_id, ':', 3), count(*) from events "
+                "where kind = 'model_call' and conversation_id like 'eval:cut:%' "
+                "and conversation_id in (select conversation_id from events "
+                "where kind = 'turn_ended' and status = 'ok') group by 1"
+            ).fetchall()
+        )
+    assert len(calls) == 30 and set(calls.values()) == {2}, calls

@@ -106,6 +106,7 @@ def make_runner(
         on_progress=on_progress,
         flush_interval=0.01,
         retry_backoff=0.01,
+        pass_tag=plan.pass_tag,
     )
 
 
@@ -204,11 +205,15 @@ async def test_an_interrupted_run_resumes_without_redoing_samples(
     first_calls = counting.total
 
     resumed = plan_resume(run_id, home, store)
+    assert resumed.pass_tag.startswith("r")
     again = Counting()
     progress = await make_runner(resumed, store, tmp_path, models=again).run()
     assert progress.skipped == len(finished)
     # Each remaining (sample, epoch) ran once, with its two model calls; none finished twice.
     assert again.total == 2 * (24 - len(finished))
+    convs = [r.conversation_id for r in store.samples(run_id)]
+    tags = {c.rpartition("@")[2] for c in convs if "@" in c}
+    assert tags == {resumed.pass_tag}  # the resumed attempts have transcripts of their own
     assert len(store.samples(run_id)) == 24 and store.finished(run_id) == {
         (s.id, e) for s in plan.samples for e in (1, 2)
     }

@@ -53,6 +53,8 @@ class RunPlan:
     scorers: list[Scorer]
     options: RunOptions
     resumed: bool = False
+    # Tags the conversations of a resumed run's attempts (see SampleJob.pass_tag).
+    pass_tag: str = ""
 
 
 def new_run_id() -> str:
@@ -160,7 +162,17 @@ def plan_resume(run_id: str, home: Path, store: EvalStore) -> RunPlan:
     scorers = build_scorers(task)
     solvers, graders = _solvers(task, scorers, home, options)
     store.set_status(run_id, "running")
-    return RunPlan(task, samples, run, solvers, graders, scorers, options, resumed=True)
+    return RunPlan(
+        task,
+        samples,
+        run,
+        solvers,
+        graders,
+        scorers,
+        options,
+        resumed=True,
+        pass_tag=f"r{secrets.token_hex(2)}",
+    )
 
 
 __all__ = ["SOLVER", "RunOptions", "RunPlan", "new_run_id", "plan_resume", "plan_run"]

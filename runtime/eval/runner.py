@@ -189,6 +189,7 @@ class EvalRunner:
         on_progress: Callable[[Progress], None] | None = None,
         flush_interval: float = 0.25,
         retry_backoff: float = RETRY_BACKOFF_S,
+        pass_tag: str = "",
     ) -> None:
         self.task = task
         self.samples = samples
@@ -202,6 +203,7 @@ class EvalRunner:
         self.on_progress = on_progress
         self.flush_interval = flush_interval
         self.retry_backoff = retry_backoff
+        self.pass_tag = pass_tag
         self.progress = Progress(
             total=len(samples) * task.epochs, scorer=scorers[0].name if scorers else ""
         )
@@ -267,6 +269,7 @@ class EvalRunner:
                 epoch=epoch,
                 attempt=attempt,
                 limits=self.task.limits,
+                pass_tag=self.pass_tag,
             )
             run = await self.executor.run(job)
             if run.status != "error" or attempt > self.task.retries:

@@ -13,7 +13,8 @@ so that samples never see each other's memories. The sample's text is the
 message of a turn in the ``eval`` context; the sample ends when the
 conversation has settled (delegated work reported back too) or a limit
 stops it. Its audit events are the transcript: conversation
-``eval:<run>:<sample>:<epoch>:<attempt>`` in the audit log.
+``eval:<run>:<sample>:<epoch>:<attempt>`` in the audit log (``…@<tag>`` for
+the attempts of a resumed run).
 
 The Ray actor (``actors.eval.EvalWorkerActor``) is a thin shell over this
 class; ``runtime.eval.runner`` also uses it in-process.
@@ -66,10 +67,14 @@ class SampleJob(BaseModel):
     attempt: int = 1
     limits: SampleLimits = Field(default_factory=SampleLimits)
     solver: str = "solver"
+    # Set when a run is resumed: its attempts get conversations of their own
+    # (an attempt cut off by the interruption keeps its transcript apart).
+    pass_tag: str = ""
 
     @property
     def conversation_id(self) -> str:
-        return f"eval:{self.run_id}:{self.sample.id}:{self.epoch}:{self.attempt}"
+        tag = f"@{self.pass_tag}" if self.pass_tag else ""
+        return f"eval:{self.run_id}:{self.sample.id}:{self.epoch}:{self.attempt}{tag}"
 
 
 class SampleRun(BaseModel):
