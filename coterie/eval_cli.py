@@ -215,6 +215,8 @@ def _run(plan: RunPlan, args: argparse.Namespace, store: EvalStore) -> int:
         f"{verb} [bold]{plan.run.run_id}[/]: {plan.task.name}, {len(plan.samples)} samples × "
         f"{plan.task.epochs} epochs, {plan.run.persona} ({plan.run.model})"
     )
+    if plan.task.description:
+        console.print(f"  {plan.task.description}", markup=False, highlight=False)
     with console.status("Starting Ray and the runtime actors…"):
         rt = Runtime.start(home=args.home, address=args.address)
     try:
