@@ -53,7 +53,8 @@ class EvalWorkerActor:
             audit=audit,
             settings=settings,
             connections=connections,
-            memory=lambda scope: MemoryClient(memory, scope),
+            # A sample's scope is new: no read of its (empty) user model.
+            memory=lambda scope: MemoryClient(memory, scope, new_scope=True),
             node=ray.get_runtime_context().get_node_id(),
         )
 

@@ -365,7 +365,7 @@ async def test_samples_do_not_see_each_other_s_memories(home: Path, tmp_path: Pa
     server = MemoryServer(str(tmp_path / "memory"), MemorySettings(embedder="hashing"))
     try:
         runner = make_runner(
-            plan, store, tmp_path, memory=lambda scope: MemoryClient(server, scope)
+            plan, store, tmp_path, memory=lambda scope: MemoryClient(server, scope, new_scope=True)
         )
         await runner.run()
         results = {r.sample_id: r for r in store.samples(plan.run.run_id)}
@@ -519,3 +519,21 @@ async def test_the_gate_bounds_calls_in_flight() -> None:
 
     await asyncio.gather(*(slow() for _ in range(20)))
     assert running["max"] == 3
+
+
+async def test_a_new_memory_scope_does_not_read_its_empty_user_model(tmp_path: Path) -> None:
+    server = MemoryServer(str(tmp_path / "memory"), MemorySettings(embedder="hashing"))
+    reads: list[str] = []
+    real = server.user_model
+
+    async def spy(persona: str) -> Any:
+        reads.append(persona)
+        return await real(persona)
+
+    server.user_model = spy  # type: ignore[method-assign]
+    try:
+        assert await MemoryClient(server, "fresh", new_scope=True).user_model() == []
+        assert await MemoryClient(server, "old").user_model() == []
+        assert reads == ["old"]  # only the ordinary client asked the store
+    finally:
+        await server.aclose()

@@ -65,12 +65,14 @@ class MemoryClient:
 
     The user model goes into every system prompt, so it is cached, and the
     cache follows this persona's own writes (only this persona writes it).
+    ``new_scope``: the scope is known to hold nothing yet (an eval sample's),
+    so the user model starts empty without asking the backend.
     """
 
-    def __init__(self, backend: MemoryBackend, persona: str) -> None:
+    def __init__(self, backend: MemoryBackend, persona: str, *, new_scope: bool = False) -> None:
         self._backend = backend
         self.persona = persona
-        self._user_model: list[UserModelRow] | None = None
+        self._user_model: list[UserModelRow] | None = [] if new_scope else None
 
     async def write(self, *, category: str, content: str, importance: int) -> MemoryRow:
         return await self._backend.write(
