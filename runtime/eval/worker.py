@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Callable
@@ -227,10 +228,12 @@ class SampleWorker:
         )
 
     async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
-        """One turn of the grader persona on ``prompt``; its reply text."""
+        """One turn of the grader persona on ``prompt``; its reply text.
+
+        Its conversation is ``eval:grade:<graded conversation>-<nonce>:1:1``."""
         job = SampleJob(
             run_id="grade",
-            sample=Sample(id=_safe(conversation_id), input=prompt),
+            sample=Sample(id=f"{_safe(conversation_id)}-{secrets.token_hex(3)}", input=prompt),
             epoch=1,
             solver=grader,
         )
