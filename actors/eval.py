@@ -13,6 +13,7 @@ fewest in flight, and replaces a worker that died (the attempt is then an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -125,9 +126,14 @@ class RayExecutor:
         index = self._pick()
         actor = self._actors[index]
         self._load[index] += 1
+        ref = actor.run.remote(job.model_dump_json())
         try:
-            data: str = await remote(actor.run.remote(job.model_dump_json()))
+            data: str = await remote(ref)
             return SampleRun.model_validate_json(data)
+        except asyncio.CancelledError:
+            # The run is stopping (Ctrl-C): the sample stops in its worker too.
+            ray.cancel(ref)
+            raise
         except Exception as exc:  # boundary: the worker died or Ray failed the call
             if self._actors[index] is actor:
                 self._actors[index] = self._start(index, replacing=True)

@@ -137,6 +137,8 @@ async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore
         settings=rt.settings,
         max_connections=plan.task.max_connections,
     )
+    placed = await executor.nodes()
+    console.print(f"{count} eval workers on {len(set(placed))} node(s)")
     columns = (
         TextColumn("[bold]{task.fields[name]}"),
         BarColumn(),

@@ -171,14 +171,15 @@ def test_samples_run_on_both_nodes_of_a_two_node_cluster(two_nodes: str, tmp_pat
 def test_ctrl_c_stops_a_run_and_resume_finishes_it(tmp_path: Path) -> None:
     """SIGINT to ``coterie eval`` (what Ctrl-C sends), then ``--resume``."""
     home = tmp_path / "home"
-    rows = [{"id": f"s{i}", "input": f"{i} + {i}", "target": str(2 * i)} for i in range(30)]
+    total = 100
+    rows = [{"id": f"s{i}", "input": f"{i} + {i}", "target": str(2 * i)} for i in range(total)]
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     solver = {
         "inline": {
             "tools": {"allow": ["calculate"]},
             "model": {
                 "provider": "scripted",
-                "latency_ms": 150,
+                "latency_ms": 200,
                 "rules": [
                     {
                         "when": {"turn": 1},
@@ -213,10 +214,11 @@ def test_ctrl_c_stops_a_run_and_resume_finishes_it(tmp_path: Path) -> None:
         env=env,
     )
     assert proc.stdout is not None
-    for line in proc.stdout:  # the run has started once its first line is out
-        if "running cut" in line:
+    for line in proc.stdout:  # the samples start once the workers are up
+        if "eval workers on" in line:
             break
-    time.sleep(8)  # some samples finish (0.3 s each, two at a time), not all 30
+    # Some samples finish (0.4 s each, two at a time: 20 s for all), not all.
+    time.sleep(3)
     proc.send_signal(signal.SIGINT)
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, out
@@ -224,26 +226,39 @@ def test_ctrl_c_stops_a_run_and_resume_finishes_it(tmp_path: Path) -> None:
     with duckdb.connect(str(home / "evals.duckdb"), read_only=True) as con:
         (status,) = con.execute("select status from eval_runs where run_id = 'cut'").fetchone()
         (first,) = con.execute("select count(*) from eval_samples where run_id = 'cut'").fetchone()
-    assert status == "interrupted" and 0 < first < 30, (status, first)
+        finished_first = {
+            sid
+            for (sid,) in con.execute(
+                "select sample_id from eval_samples where run_id = 'cut'"
+            ).fetchall()
+        }
+    assert status == "interrupted" and 0 < first < total, (status, first)
 
     done = subprocess.run(
         [*base, "--resume", "cut"], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{30 - first} run now, {first} already finished, 0 errors" in done.stdout
+    assert f"{total - first} run now, {first} already finished, 0 errors" in done.stdout
     with duckdb.connect(str(home / "evals.duckdb"), read_only=True) as con:
         assert con.execute(
             "select count(*), count(distinct sample_id), min(attempts), max(attempts) "
             "from eval_samples where run_id = 'cut' and status = 'ok'"
-        ).fetchone() == (30, 30, 1, 1)
-    # The model calls of the finished samples: two each; none was run again.
+        ).fetchone() == (total, total, 1, 1)
+        recorded = dict(
+            con.execute(
+                "select conversation_id, sample_id from eval_samples where run_id = 'cut'"
+            ).fetchall()
+        )
     with duckdb.connect(str(home / "audit.duckdb"), read_only=True) as con:
         calls = dict(
             con.execute(
-                "select split_part(conversation_id, ':', 3), count(*) from events "
-                "where kind = 'model_call' and conversation_id like 'eval:cut:%' "
-                "and conversation_id in (select conversation_id from events "
-                "where kind = 'turn_ended' and status = 'ok') group by 1"
+                "select conversation_id, count(*) from events where kind = 'model_call' "
+                "and conversation_id like 'eval:cut:%' group by 1"
             ).fetchall()
         )
-    assert len(calls) == 30 and set(calls.values()) == {2}, calls
+    # Each recorded result's conversation made its two model calls ...
+    assert all(calls.get(conv) == 2 for conv in recorded), (recorded, calls)
+    # ... and no sample finished before the interruption ran again after it
+    # (the resumed attempts' conversations are tagged "@r…").
+    rerun = {conv.split(":")[2] for conv in calls if "@" in conv}
+    assert rerun & finished_first == set() and len(rerun) == total - first
