@@ -537,3 +537,25 @@ async def test_a_new_memory_scope_does_not_read_its_empty_user_model(tmp_path: P
         assert reads == ["old"]  # only the ordinary client asked the store
     finally:
         await server.aclose()
+
+
+async def test_a_broken_run_is_marked_failed(home: Path, tmp_path: Path) -> None:
+    store = open_store(home)
+    plan = plan_run(EXAMPLES / "arithmetic.yaml", home, store, RunOptions(limit=2))
+
+    class Broken:
+        async def run(self, job: Any) -> Any:
+            raise RuntimeError("the executor is broken")
+
+        async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
+            raise AssertionError
+
+        async def aclose(self) -> None:
+            return None
+
+    runner = EvalRunner(
+        plan.task, plan.samples, run=plan.run, store=store, executor=Broken(), scorers=plan.scorers
+    )
+    with pytest.raises(RuntimeError, match="broken"):
+        await runner.run()
+    assert store.get_run(plan.run.run_id).status == "failed"  # type: ignore[union-attr]

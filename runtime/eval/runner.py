@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from runtime.config import ModelConfig, PersonaConfig, load_persona
 from runtime.errors import ConfigError
-from runtime.eval.records import RunRecord, SampleResult, ScoreValue
+from runtime.eval.records import RunRecord, RunStatus, SampleResult, ScoreValue
 from runtime.eval.scorers import Scorer, ScorerError
 from runtime.eval.store import EvalStore
 from runtime.eval.task import EvalTask, Sample
@@ -234,13 +234,15 @@ class EvalRunner:
         ]
         try:
             await asyncio.gather(*workers)
-        except BaseException:
+        except BaseException as exc:
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             self._stop_flushing.set()
             await asyncio.gather(flusher, return_exceptions=True)
-            await asyncio.to_thread(self.store.set_status, run_id, "interrupted", ended_at=_now())
+            stopped = isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
+            status: RunStatus = "interrupted" if stopped else "failed"
+            await asyncio.to_thread(self.store.set_status, run_id, status, ended_at=_now())
             raise
         self._stop_flushing.set()
         await flusher
@@ -379,17 +381,6 @@ class EvalRunner:
                 raise
 
 
-async def run_local(
-    runner: EvalRunner,
-) -> Progress:
-    """Run ``runner`` and close its executor."""
-    try:
-        return await runner.run()
-    finally:
-        with contextlib.suppress(Exception):
-            await runner.executor.aclose()
-
-
 __all__ = [
     "EvalRunner",
     "Executor",
@@ -398,5 +389,4 @@ __all__ = [
     "model_label",
     "parse_model_option",
     "resolve_solver",
-    "run_local",
 ]
