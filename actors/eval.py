@@ -24,7 +24,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors._ray import audit_buffer_for, memory_backend, remote
+from actors._ray import audit_buffer_for, audit_name, memory_backend, memory_name, remote
 from runtime.config import RuntimeSettings
 from runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
 from runtime.memory import MemoryClient
@@ -114,6 +114,36 @@ class RayExecutor:
         return EvalWorkerRemote.options(  # type: ignore[attr-defined]
             scheduling_strategy=strategy
         ).remote(self._solvers, **self._args)
+
+    @classmethod
+    def for_runtime(
+        cls,
+        solvers: dict[str, SolverSetup],
+        *,
+        runtime_id: str,
+        namespace: str,
+        settings: RuntimeSettings,
+        max_connections: int,
+        max_samples: int,
+        workers: int | None = None,
+    ) -> RayExecutor:
+        """Workers for a runtime's eval run: ``workers``, or two per alive
+        node (no more than ``max_samples``), using its audit and memory actors."""
+        alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+        count = workers or max(1, min(2 * alive, max_samples))
+        return cls(
+            solvers,
+            workers=count,
+            audit_actor=audit_name(runtime_id),
+            memory_actor=memory_name(runtime_id),
+            namespace=namespace,
+            settings=settings,
+            max_connections=max_connections,
+        )
+
+    @property
+    def size(self) -> int:
+        return len(self._actors)
 
     async def nodes(self) -> list[str | None]:
         """The node each worker runs on (waits until all are up)."""

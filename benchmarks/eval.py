@@ -44,7 +44,6 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors._ray import audit_name, memory_name  # noqa: E402
 from actors.eval import RayExecutor  # noqa: E402
 from coterie import Runtime  # noqa: E402
 from runtime.config import RuntimeSettings  # noqa: E402
@@ -119,14 +118,14 @@ def coterie_run(rt: Runtime, task: Path, workers: int) -> dict[str, float]:
     store = open_store(rt.home)
     try:
         plan = plan_run(task, rt.home, store, RunOptions())
-        executor = RayExecutor(
+        executor = RayExecutor.for_runtime(
             plan.solvers,
-            workers=workers,
-            audit_actor=audit_name(rt.id),
-            memory_actor=memory_name(rt.id),
+            runtime_id=rt.id,
             namespace=rt.namespace,
             settings=rt.settings,
             max_connections=plan.task.max_connections,
+            max_samples=plan.task.max_samples,
+            workers=workers,
         )
         asyncio.run(executor.nodes())  # the workers are up before the clock starts
 

@@ -121,24 +121,19 @@ def _describe(p: Progress) -> str:
 
 
 async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore) -> Progress:
-    import ray
-
-    from actors._ray import audit_name, memory_name
     from actors.eval import RayExecutor
 
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    count = workers or max(1, min(2 * len(nodes), plan.task.max_samples))
-    executor = RayExecutor(
+    executor = RayExecutor.for_runtime(
         plan.solvers,
-        workers=count,
-        audit_actor=audit_name(rt.id),
-        memory_actor=memory_name(rt.id),
+        runtime_id=rt.id,
         namespace=rt.namespace,
         settings=rt.settings,
         max_connections=plan.task.max_connections,
+        max_samples=plan.task.max_samples,
+        workers=workers,
     )
     placed = await executor.nodes()
-    console.print(f"{count} eval workers on {len(set(placed))} node(s)")
+    console.print(f"{executor.size} eval workers on {len(set(placed))} node(s)")
     columns = (
         TextColumn("[bold]{task.fields[name]}"),
         BarColumn(),
