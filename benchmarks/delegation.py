@@ -54,6 +54,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
 from runtime.config import RuntimeSettings, load_persona  # noqa: E402
 from runtime.delegation import LocalSubagents  # noqa: E402
@@ -254,18 +255,6 @@ def bare_call_ms(actor: Any) -> float:
 # -- 2. many at once -------------------------------------------------------------
 
 
-def our_processes(title: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            cmdline = proc.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if cmdline and cmdline[0].startswith(f"ray::{title}"):
-            found.append(proc)
-    return found
-
-
 def summed_uss(procs: list[psutil.Process]) -> float:
     total = 0
     for proc in procs:
@@ -288,7 +277,7 @@ class PeakUss:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            procs = our_processes(self.title)
+            procs = our_ray_processes(self.title)
             total = summed_uss(procs)
             if total > self.peak:
                 self.peak, self.peak_count = total, len(procs)
@@ -332,7 +321,7 @@ def bare_fanout(n: int) -> tuple[float, float]:
     refs = [a.sleep.remote(1.0) for a in actors]
     ray.get(refs)
     wall = time.perf_counter() - started
-    uss = summed_uss(our_processes("Bare"))
+    uss = summed_uss(our_ray_processes("Bare"))
     for actor in actors:
         ray.kill(actor)
     return wall, uss

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from actors.eval import RayExecutor  # noqa: E402
+from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
 from runtime.config import RuntimeSettings  # noqa: E402
 from runtime.eval import EvalRunner, RunOptions, open_store, plan_run  # noqa: E402
@@ -96,11 +97,10 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             total = 0
-            for proc in psutil.Process().children(recursive=True):
+            for proc in our_ray_processes("EvalWorkerActor"):
                 try:
-                    if proc.cmdline()[0].startswith("ray::EvalWorkerActor"):
-                        total += proc.memory_info().rss
-                except (psutil.Error, IndexError):
+                    total += proc.memory_info().rss
+                except psutil.Error:
                     continue
             self.workers = max(self.workers, total / MiB)
             self._stop.wait(0.1)

@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from actors import persona_actor_name  # noqa: E402
+from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
 from runtime.config import load_persona  # noqa: E402
 from runtime.messages import MessageEnvelope, ReplyEnvelope  # noqa: E402
@@ -198,19 +199,6 @@ class ServerProcess:
 
 
 # -- processes and memory --------------------------------------------------------
-
-
-def our_ray_processes(title: str) -> list[psutil.Process]:
-    """Ray workers of *this* session whose proctitle starts with ``ray::<title>``."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            cmdline = proc.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if cmdline and cmdline[0].startswith(f"ray::{title}"):
-            found.append(proc)
-    return found
 
 
 def uss_mib(pid: int) -> float:

@@ -122,6 +122,7 @@ from runtime.delegation.acp_roster import AgentSpec, resolve_agent_env
 from runtime.delegation.acp_terminals import Terminal, Terminals
 from runtime.errors import ToolError
 from runtime.shell.env import scrubbed_env
+from runtime.shell.handle import group_members
 from runtime.shell.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -143,26 +144,8 @@ STDERR_TAIL_CHARS = 1500
 
 
 def _live_group_members(pgid: int) -> list[int]:
-    """Pids in process group ``pgid`` that are not zombies (``/proc``; blocking)."""
-    members: list[int] = []
-    try:
-        entries = os.scandir("/proc")
-    except OSError:
-        return members
-    with entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            # "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                members.append(int(entry.name))
-    return members
+    """Pids in process group ``pgid`` that are not zombies (blocking)."""
+    return group_members(pgid, zombies=False) or []
 
 
 def _read_tail(path: Path, start: int, chars: int) -> str:

@@ -23,7 +23,6 @@ class; ``runtime.eval.runner`` also uses it in-process.
 from __future__ import annotations
 
 import asyncio
-import re
 import secrets
 import shutil
 import time
@@ -40,6 +39,7 @@ from runtime.messages import AssistantMessage, MessageEnvelope
 from runtime.models import build_model_or_unavailable
 from runtime.models.base import Model
 from runtime.persona import PersonaRuntime
+from runtime.runner import safe_name
 from runtime.services import AuditSink, MemoryService, NullAudit
 from runtime.shell import LocalProcesses
 from runtime.tool import ToolRegistry
@@ -100,10 +100,6 @@ def _build_model(setup: SolverSetup) -> Model:
     return build_model_or_unavailable(setup.config.model)
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:120]
-
-
 class SampleWorker:
     """Runs samples of one eval run (many at once, each isolated)."""
 
@@ -161,7 +157,7 @@ class SampleWorker:
         inner = self._model(job.solver)
         model = LimitedModel(inner, job.limits, self._gate(inner.provider))
         conv = job.conversation_id
-        root = self.scratch / _safe(conv)
+        root = self.scratch / safe_name(conv)
         started = time.time()
         self.running += 1
         runtime: PersonaRuntime | None = None
@@ -233,7 +229,7 @@ class SampleWorker:
         Its conversation is ``eval:grade:<graded conversation>-<nonce>:1:1``."""
         job = SampleJob(
             run_id="grade",
-            sample=Sample(id=f"{_safe(conversation_id)}-{secrets.token_hex(3)}", input=prompt),
+            sample=Sample(id=f"{safe_name(conversation_id)}-{secrets.token_hex(3)}", input=prompt),
             epoch=1,
             solver=grader,
         )

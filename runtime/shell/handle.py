@@ -178,17 +178,15 @@ class ProcessHandle:
             task.cancel()
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process (a zombie included) is in process group ``pgid``.
-
-    While one is, the kernel gives that id to no new process, so signalling
-    the group cannot reach a stranger. Read from ``/proc``; where there is
-    none, the group counts as alive.
-    """
+def group_members(pgid: int, *, zombies: bool = True) -> list[int] | None:
+    """The pids in process group ``pgid`` (without zombies unless
+    ``zombies``), read from ``/proc``; ``None`` where there is no ``/proc``.
+    Blocking: call it off the event loop where that matters."""
     try:
         entries = os.scandir("/proc")
     except OSError:
-        return True
+        return None
+    members: list[int] = []
     with entries:
         for entry in entries:
             if not entry.name.isdigit():
@@ -200,9 +198,21 @@ def group_alive(pgid: int) -> bool:
                 continue  # gone meanwhile
             # "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
             fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 2 and int(fields[2]) == pgid:
-                return True
-    return False
+            dead = fields[0] in (b"Z", b"X") if fields else False
+            if len(fields) > 2 and int(fields[2]) == pgid and (zombies or not dead):
+                members.append(int(entry.name))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process (a zombie included) is in process group ``pgid``.
+
+    While one is, the kernel gives that id to no new process, so signalling
+    the group cannot reach a stranger. Where there is no ``/proc``, the
+    group counts as alive.
+    """
+    members = group_members(pgid)
+    return members is None or bool(members)
 
 
 def _default_signals() -> None:
@@ -221,5 +231,6 @@ __all__ = [
     "ProcessHandle",
     "SignalName",
     "group_alive",
+    "group_members",
     "new_process_id",
 ]
