@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -117,6 +117,15 @@ class RayPersonaLink:
 
     async def call(self, handle: Any, method: Literal["handle", "post"], data: str) -> Any:
         return await remote(getattr(handle, method).remote(data))
+
+    async def stream(self, handle: Any, data: str) -> AsyncIterator[str]:
+        try:
+            async for ref in handle.stream.remote(data):
+                yield await ref
+        except ray.exceptions.RayTaskError as exc:
+            raise unwrap(exc) from None
+        except ray.exceptions.RayActorError as exc:
+            raise ActorLostError(f"{type(exc).__name__}: {exc}") from None
 
     async def ping(self, handle: Any) -> None:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,29 @@ from actors.coding_agent import RayCodingAgents
 from actors.shell import ShellProcesses
 from actors.subagent import RaySubagents
 from runtime.config import RuntimeSettings, load_persona
+from runtime.connectors import ConnectorInfo, OutboundMessage
 from runtime.memory import MemoryClient
-from runtime.messages import ConversationRecord, MessageEnvelope
+from runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
 from runtime.models import build_model_or_unavailable
 from runtime.persona import PersonaRuntime
 from runtime.routing import Directory, IdleWatcher
 from tools import builtin_registry
 
 log = logging.getLogger("coterie.persona")
+
+
+class RouterDeliveries:
+    """:class:`~runtime.services.DeliveryService` through the router's outbox."""
+
+    def __init__(self, directory: Directory[Any]) -> None:
+        self.directory = directory
+
+    async def deliver(self, message: OutboundMessage) -> None:
+        await self.directory.call_router("connector_put", message)
+
+    async def connectors(self) -> list[ConnectorInfo]:
+        infos: list[ConnectorInfo] = await self.directory.call_router("connectors")
+        return infos
 
 
 class PersonaActor:
@@ -87,6 +103,7 @@ class PersonaActor:
             # One CodingAgent actor per delegation, likewise.
             coding_agents=RayCodingAgents(audit_actor=audit_actor, namespace=namespace),
         )
+        self.runtime.services.deliveries = RouterDeliveries(self.directory)
         self.watcher: IdleWatcher | None = None
         if settings.idle_timeout is not None:
             self.watcher = IdleWatcher(
@@ -130,6 +147,12 @@ class PersonaActor:
         reply = await self.runtime.handle(self._admit(data))
         return reply.model_dump_json()
 
+    async def stream(self, data: str) -> AsyncIterator[str]:
+        """Answer one envelope (JSON), yielding the turn's events and then the
+        reply (JSON each) as they happen — a Ray streaming generator."""
+        async for item in self.runtime.stream(self._admit(data)):
+            yield item.model_dump_json()
+
     async def post(self, data: str) -> None:
         """Queue an envelope (JSON) without waiting for its turn."""
         self.runtime.post(self._admit(data))
@@ -143,6 +166,10 @@ class PersonaActor:
             return False
         await self.buffer.aclose()
         return True
+
+    async def activity(self) -> PersonaStats:
+        """What runs in this persona now."""
+        return self.runtime.stats()
 
     async def settled(self, conversation_id: str) -> bool:
         """Whether the conversation has no turn and no delegated work in flight."""

@@ -17,7 +17,9 @@ import ray
 from actors._ray import actor_id, persona_actor_name, remote
 from actors.persona import PersonaActorRemote
 from runtime.config import RuntimeSettings
-from runtime.routing import PersonaInfo, Router
+from runtime.connectors import ConnectorInfo, OutboundMessage
+from runtime.messages import PersonaStats
+from runtime.routing import PersonaInfo, Router, RouterStatus
 
 
 class RayPersonaHost:
@@ -76,6 +78,10 @@ class RayPersonaHost:
 
     async def shutdown(self, handle: Any) -> None:
         await remote(handle.shutdown.remote())
+
+    async def activity(self, handle: Any) -> PersonaStats:
+        stats: PersonaStats = await remote(handle.activity.remote())
+        return stats
 
     def stop(self, handle: Any) -> None:
         ray.kill(handle, no_restart=True)
@@ -155,6 +161,26 @@ class RouterActor:
         """Stop every persona actor of this runtime, those this router did not
         start too (it may have been restarted)."""
         return await self.router.stop_all(self.host.named_personas())
+
+    async def status(self) -> RouterStatus:
+        return await self.router.status()
+
+    # -- the connectors' outbox (coterie serve takes, personas' tools put) --
+
+    async def connectors_register(self, infos: list[ConnectorInfo]) -> None:
+        self.router.outbox.register(infos)
+
+    async def connectors_unregister(self, ids: list[str]) -> None:
+        self.router.outbox.unregister(ids)
+
+    async def connectors(self) -> list[ConnectorInfo]:
+        return self.router.outbox.connectors()
+
+    async def connector_put(self, message: OutboundMessage) -> None:
+        self.router.outbox.put(message)
+
+    async def connector_take(self, connector_id: str, wait: float) -> list[OutboundMessage]:
+        return await self.router.outbox.take(connector_id, wait)
 
     async def ping(self) -> str:
         return self.runtime_id

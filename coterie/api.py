@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,9 +37,10 @@ from actors.memory import get_or_create_memory_store
 from actors.router import RouterActorRemote
 from runtime.audit import QueryResult
 from runtime.config import RuntimeSettings, load_settings, resolve_home
+from runtime.connectors import ConnectorInfo, OutboundMessage
 from runtime.errors import ActorLostError, CoterieError, DeliveryError
-from runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope
-from runtime.routing import Directory, PersonaInfo
+from runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
+from runtime.routing import Directory, PersonaInfo, RouterStatus
 
 DEFAULT_ASK_TIMEOUT = 120.0
 T = TypeVar("T")
@@ -158,14 +159,33 @@ class Runtime:
     # -- messaging -------------------------------------------------------
 
     def envelope(
-        self, persona: str, text: str, *, conversation_id: str | None = None, sender: str = "user"
+        self,
+        persona: str,
+        text: str,
+        *,
+        conversation_id: str | None = None,
+        sender: str = "user",
+        origin: Origin | None = None,
     ) -> MessageEnvelope:
         return MessageEnvelope(
             sender=sender,
             recipient=persona,
             conversation_id=conversation_id or f"{persona}:api",
             text=text,
+            origin=origin or Origin(),
         )
+
+    async def stream_async(self, envelope: MessageEnvelope) -> AsyncIterator[StreamItem]:
+        """Deliver ``envelope`` and yield the answering turn's events as they
+        happen (text deltas, model and tool calls, the turn's end), then its
+        :class:`ReplyEnvelope` (``status == "error"`` when the persona died)."""
+        try:
+            async for item in self.directory.stream(envelope):
+                yield item
+        except (ray.exceptions.RayError, DeliveryError) as exc:
+            if isinstance(exc, DeliveryError) and type(exc) is not DeliveryError:
+                raise
+            yield ReplyEnvelope.failure(envelope, sender=envelope.recipient, error=str(unwrap(exc)))
 
     async def ask_async(
         self,
@@ -181,7 +201,15 @@ class Runtime:
         (or a persona that dies mid-turn) comes back as a reply with
         ``status == "error"`` and the reason in ``error``.
         """
-        envelope = self.envelope(persona, text, conversation_id=conversation_id)
+        return await self.deliver_async(
+            self.envelope(persona, text, conversation_id=conversation_id), timeout=timeout
+        )
+
+    async def deliver_async(
+        self, envelope: MessageEnvelope, *, timeout: float = DEFAULT_ASK_TIMEOUT
+    ) -> ReplyEnvelope:
+        """Deliver ``envelope`` and wait for its reply (see :meth:`ask_async`)."""
+        persona = envelope.recipient
         try:
             return await self.directory.ask(envelope, timeout=timeout)
         except TimeoutError:
@@ -237,33 +265,91 @@ class Runtime:
         """See :meth:`wait_settled_async`."""
         self._run(self.wait_settled_async(persona, conversation_id, timeout=timeout))
 
-    def personas(self) -> list[PersonaInfo]:
+    async def personas_async(self) -> list[PersonaInfo]:
         """Name, description and activity of every persona in the home."""
-        result: list[PersonaInfo] = self._run(self.directory.call_router("personas"))
+        result: list[PersonaInfo] = await self.directory.call_router("personas")
         return result
+
+    def personas(self) -> list[PersonaInfo]:
+        """See :meth:`personas_async`."""
+        return self._run(self.personas_async())
 
     # -- audit -----------------------------------------------------------
 
-    def _audit(self, method: str, *args: Any) -> Any:
+    async def _audit_async(self, method: str, *args: Any) -> Any:
         """Call the audit log; these calls are safe to repeat, so they are made
         again while Ray reports the actor unavailable (it is restarting)."""
-        return self._run(remote(read(lambda: getattr(self.audit, method).remote(*args))))
+        return await remote(read(lambda: getattr(self.audit, method).remote(*args)))
+
+    def _audit(self, method: str, *args: Any) -> Any:
+        return self._run(self._audit_async(method, *args))
+
+    async def flush_async(self) -> None:
+        """Push every buffered audit event into DuckDB."""
+        await self.directory.call_router("flush_all")
+        await self._audit_async("flush")
 
     def flush(self) -> None:
-        """Push every buffered audit event into DuckDB."""
-        self._run(self.directory.call_router("flush_all"))
-        self._audit("flush")
+        """See :meth:`flush_async`."""
+        self._run(self.flush_async())
 
-    def query(self, sql: str) -> QueryResult:
+    async def query_async(self, sql: str) -> QueryResult:
         """Run a read-only SQL query on the audit store (after a flush)."""
-        self.flush()
-        result: QueryResult = self._audit("query", sql)
+        await self.flush_async()
+        result: QueryResult = await self._audit_async("query", sql)
         return result
 
-    def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
+    def query(self, sql: str) -> QueryResult:
+        """See :meth:`query_async`."""
+        return self._run(self.query_async(sql))
+
+    async def history_async(self, persona: str, conversation_id: str) -> list[ChatMessage]:
         """A conversation's messages as the audit log holds them, oldest first."""
-        self.flush()
-        messages: list[ChatMessage] = self._audit("history", persona, conversation_id)
+        await self.flush_async()
+        messages: list[ChatMessage] = await self._audit_async("history", persona, conversation_id)
+        return messages
+
+    def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
+        """See :meth:`history_async`."""
+        return self._run(self.history_async(persona, conversation_id))
+
+    async def status_async(self) -> dict[str, Any]:
+        """What runs: active personas and their queues, connectors, the audit
+        log's backlog, the memory store and the Ray cluster."""
+        router: RouterStatus = await self.directory.call_router("status")
+        audit = await self._audit_async("stats")
+        resources = ray.cluster_resources()
+        return {
+            "home": str(self.home),
+            "runtime_id": self.id,
+            "ray": {
+                "address": ray.get_runtime_context().gcs_address,
+                "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
+                "cpus": resources.get("CPU", 0),
+            },
+            "personas": {
+                "registered": router.registered,
+                "active": [p.model_dump() for p in router.active],
+                "unresponsive": router.unresponsive,
+                "activating": router.activating,
+            },
+            "connectors": [c.model_dump() for c in router.connectors],
+            "outbound_waiting": router.outbound_waiting,
+            "audit": audit.model_dump(),
+        }
+
+    # -- the connectors' outbox (the router holds it) ---------------------
+
+    async def connectors_register_async(self, infos: list[ConnectorInfo]) -> None:
+        await self.directory.call_router("connectors_register", infos)
+
+    async def connectors_unregister_async(self, ids: list[str]) -> None:
+        await self.directory.call_router("connectors_unregister", ids)
+
+    async def connector_take_async(self, connector_id: str, wait: float) -> list[OutboundMessage]:
+        messages: list[OutboundMessage] = await self.directory.call_router(
+            "connector_take", connector_id, wait
+        )
         return messages
 
     # -- lifecycle -------------------------------------------------------

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coterie import eval_cli
+from coterie.client import ServerClient, ServerError, find_server, read_state
 from runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
 from runtime.errors import CoterieError, PersonaConfigError
 
@@ -38,8 +39,28 @@ def _start(args: argparse.Namespace) -> Any:
         return Runtime.start(home=args.home, address=args.address)
 
 
+def _server(args: argparse.Namespace) -> ServerClient | None:
+    """The running ``coterie serve`` of this home, unless --address names a cluster."""
+    if args.address or getattr(args, "no_server", False):
+        return None
+    return find_server(resolve_home(args.home))
+
+
+def _print_error(message: str) -> None:
+    err_console.print(f"error: {message}", style="red", markup=False, highlight=False)
+
+
 def cmd_personas(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
+    server = _server(args)
+    if server is not None:
+        listed = server.get("/v1/personas")["personas"]
+        print_table(
+            ["persona", "active", "description"],
+            [(p["name"], "yes" if p["active"] else "", p["description"]) for p in listed],
+            title=f"personas in {home} (served at {server.state.url})",
+        )
+        return 0
     names = persona_names(home)
     if not names:
         console.print(f"No personas in {home / 'personas'} — run `coterie demo` to install some.")
@@ -56,12 +77,26 @@ def cmd_personas(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ask_server(server: ServerClient, persona: str, text: str, conversation: str | None) -> Any:
+    from runtime.messages import ReplyEnvelope
+
+    body: dict[str, Any] = {"text": text}
+    if conversation:
+        body["conversation_id"] = conversation
+    data = server.post(f"/v1/personas/{persona}/messages", body)
+    return ReplyEnvelope.model_validate(data["reply"])
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
-    rt = _start(args)
-    try:
-        reply = rt.ask(args.persona, args.text, conversation_id=args.conversation)
-    finally:
-        rt.shutdown()
+    server = _server(args)
+    if server is not None:
+        reply = _ask_server(server, args.persona, args.text, args.conversation)
+    else:
+        rt = _start(args)
+        try:
+            reply = rt.ask(args.persona, args.text, conversation_id=args.conversation)
+        finally:
+            rt.shutdown()
     if reply.status == "error":
         err_console.print(f"error: {reply.error}", style="red", markup=False, highlight=False)
         return 1
@@ -69,9 +104,69 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0 if reply.status != "failed" else 1
 
 
+def _chat_server(server: ServerClient, args: argparse.Namespace, conversation: str) -> int:
+    """Chat through the server: the reply streams in, tool calls show as they
+    run, and what the persona sends to this session (``cli``) is printed."""
+    import secrets
+
+    session = f"cli-{secrets.token_hex(6)}"
+    choices: list[str] = []
+    console.print(
+        f"Chatting with {args.persona} through {server.state.url} (conversation "
+        f"{conversation}); Ctrl-D to quit."
+    )
+    while True:
+        try:
+            text = console.input("[bold]you>[/bold] ")
+        except EOFError:
+            console.print()
+            return 0
+        if not text.strip():
+            continue
+        if text.strip().isdigit() and 0 < int(text) <= len(choices):
+            text = choices[int(text) - 1]  # a numbered choice of the last question
+        choices = []
+        body = {
+            "text": text,
+            "conversation_id": conversation,
+            "session": session,
+            "connector": "cli",
+            "stream": True,
+        }
+        console.print(f"[bold]{args.persona}>[/bold] ", end="")
+        streamed = False
+        for event, data in server.stream(f"/v1/personas/{args.persona}/messages", body):
+            if event == "text_delta":
+                streamed = True
+                console.print(data["text"], end="", markup=False, highlight=False)
+            elif event == "tool_call":
+                console.print(f"\n  [dim]⚙ {data['tool']}…[/dim]", end="")
+            elif event == "tool_result":
+                mark = "✗ " + data["error_kind"] if data.get("error_kind") else "✓"
+                console.print(f" [dim]{mark} ({data['duration_ms']:.0f} ms)[/dim]")
+            elif event == "reply":
+                if data["status"] == "error":
+                    _print_error(str(data["error"]))
+                elif not streamed:  # a model that does not stream, or a question
+                    console.print(data["text"], markup=False, highlight=False)
+                question = data.get("question")
+                if question and question.get("buttons"):
+                    choices = list(question["buttons"])
+                    for i, label in enumerate(choices, 1):
+                        console.print(f"  {i}. {label}", markup=False, highlight=False)
+            elif event == "error":
+                _print_error(str(data["error"]["message"]))
+        console.print()
+        for message in server.get(f"/v1/connectors/cli/messages?destination={session}")["messages"]:
+            console.print(f"[bold]{message['persona']} (message)>[/bold] {message['text']}")
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
-    rt = _start(args)
     conversation = args.conversation or f"{args.persona}:cli"
+    server = _server(args)
+    if server is not None:
+        return _chat_server(server, args, conversation)
+    rt = _start(args)
     console.print(f"Chatting with {args.persona} (conversation {conversation}); Ctrl-D to quit.")
     try:
         while True:
@@ -99,7 +194,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from runtime.audit import read_only_query
 
     address = args.address or os.environ.get("RAY_ADDRESS")
-    if address:
+    server = _server(args)
+    if server is not None:
+        from runtime.audit import QueryResult
+
+        data = server.post("/v1/audit/query", {"sql": args.sql})
+        result = QueryResult(columns=data["columns"], rows=[tuple(r) for r in data["rows"]])
+    elif address:
         rt = _start(args)
         try:
             result = rt.query(args.sql)
@@ -133,6 +234,70 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from coterie.serve import run_serve
+
+    home = resolve_home(args.home)
+    running = find_server(home)
+    if running is not None:
+        _print_error(f"coterie serve already runs for {home} at {running.state.url}")
+        return 1
+    return run_serve(args.home, host=args.host, port=args.port, address=args.address)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    home = resolve_home(args.home)
+    server = find_server(home)
+    if server is None:
+        stale = read_state(home)
+        note = " (a stale serve.json was left by a server that died)" if stale else ""
+        console.print(f"No coterie serve runs for {home}{note}. Start one: coterie serve")
+        return 1
+    if args.page_url:
+        print(server.state.page_url())
+        return 0
+    data = server.get("/v1/status")
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    personas, audit = data["personas"], data["audit"]
+    console.print(
+        f"coterie serve at {server.state.url} (pid {server.state.pid}), up "
+        f"{data['server']['uptime_s']:.0f} s; Ray {data['ray']['address']}, "
+        f"{data['ray']['nodes']} node(s)"
+    )
+    console.print(
+        f"personas: {personas['registered']} registered, {len(personas['active'])} active"
+        + (
+            f", not answering: {', '.join(personas['unresponsive'])}"
+            if personas["unresponsive"]
+            else ""
+        )
+    )
+    print_table(
+        ["persona", "conversations", "turns running", "queued", "delegations", "turns run"],
+        [
+            (
+                p["name"],
+                p["conversations"],
+                p["turns_running"],
+                p["queued"],
+                p["delegations_running"],
+                p["turns_run"],
+            )
+            for p in personas["active"]
+        ],
+    )
+    console.print(
+        f"audit: {audit['rows_written']} rows written, {audit['pending']} pending, "
+        f"{audit['write_errors']} write errors"
+        + (f" (last: {audit['last_error']})" if audit["last_error"] else "")
+    )
+    connectors = ", ".join(c["id"] for c in data["connectors"]) or "none"
+    console.print(f"connectors: {connectors}; waiting to send: {data['outbound_waiting']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coterie", description=__doc__)
     parser.add_argument("--home", help="runtime home (default $COTERIE_HOME or ~/.coterie)")
@@ -156,6 +321,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sql")
     p.add_argument("--json", action="store_true", help="print rows as JSON")
 
+    p = sub.add_parser("serve", help="keep the runtime up behind the HTTP API and chat page")
+    p.add_argument("--host", help="address to bind (default serve.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default serve.port, 8765; 0: any free)")
+
+    p = sub.add_parser("status", help="what a running coterie serve runs")
+    p.add_argument("--json", action="store_true", help="print the whole status as JSON")
+    p.add_argument(
+        "--page-url", action="store_true", help="print the chat page's address with its token"
+    )
+
     eval_cli.add_parser(sub)
     return parser
 
@@ -167,6 +342,8 @@ COMMANDS = {
     "chat": cmd_chat,
     "audit": cmd_audit,
     "eval": eval_cli.cmd_eval,
+    "serve": cmd_serve,
+    "status": cmd_status,
 }
 
 
@@ -176,7 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except CoterieError as exc:
-        err_console.print(f"error: {exc}", style="red", markup=False, highlight=False)
+        _print_error(str(exc))
+        return 1
+    except ServerError as exc:
+        _print_error(f"coterie serve answered {exc.status} ({exc.kind}): {exc}")
         return 1
     except KeyboardInterrupt:
         return 130

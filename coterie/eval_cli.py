@@ -214,8 +214,18 @@ def _run(plan: RunPlan, args: argparse.Namespace, store: EvalStore) -> int:
     )
     if plan.task.description:
         console.print(f"  {plan.task.description}", markup=False, highlight=False)
+    address = args.address
+    if address is None:
+        # A running `coterie serve`: join its cluster and runtime instead of
+        # starting another (its personas, audit log and memory are shared).
+        from coterie.client import find_server
+
+        server = find_server(resolve_home(args.home))
+        if server is not None and server.state.ray_address:
+            address = server.state.ray_address
+            console.print(f"  through coterie serve at {server.state.url}")
     with console.status("Starting Ray and the runtime actors…"):
-        rt = Runtime.start(home=args.home, address=args.address)
+        rt = Runtime.start(home=args.home, address=address)
     try:
         progress = asyncio.run(_execute(plan, rt, args.workers, store))
     except KeyboardInterrupt:

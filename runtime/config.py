@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from runtime.connectors.telegram import TelegramSettings
 from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
 from runtime.messages import TurnContextKind
 
@@ -90,7 +91,10 @@ class ScriptedModelConfig(_ModelBase):
     """A model whose answers are written in persona.yaml (no API key).
 
     ``timeout`` applies to ``latency_ms`` (a slower answer times out) and
-    ``max_tokens`` cuts a longer text, as a real model would.
+    ``max_tokens`` cuts a longer text, as a real model would. Streamed, the
+    (cut) text comes out in pieces of ``stream_chunk_chars`` characters with
+    ``stream_delay_ms`` between them, so that streaming clients and demos
+    see text arrive as from a real model.
     """
 
     provider: Literal["scripted"]
@@ -98,6 +102,8 @@ class ScriptedModelConfig(_ModelBase):
     rules: list[ScriptedRule] = Field(default_factory=list)
     default: str = "I can't help with that."
     latency_ms: float = Field(default=0.0, ge=0)
+    stream_chunk_chars: int = Field(default=8, ge=1)
+    stream_delay_ms: float = Field(default=0, ge=0)
 
 
 class OpenAIModelConfig(_NetworkModelBase):
@@ -266,6 +272,42 @@ class WebSettings(_Strict):
     search_timeout: float = Field(default=20.0, gt=0, description="seconds per search request")
 
 
+class ServeSettings(_Strict):
+    """The front door, ``coterie serve``: ``serve:`` in ``runtime.yaml``."""
+
+    host: str = Field(default="127.0.0.1", description="address the HTTP server binds")
+    port: int = Field(default=8765, ge=0, le=65535, description="its port (0: any free one)")
+    token_env: str = Field(
+        default="COTERIE_SERVE_TOKEN",
+        description="environment variable holding the bearer token (unset: a random one "
+        "is made at start and written to <home>/serve.json, readable by this user only)",
+    )
+    loopback_without_token: bool = Field(
+        default=False, description="requests from 127.0.0.1/::1 need no token"
+    )
+    max_body_bytes: int = Field(
+        default=1_000_000, ge=1024, description="larger request bodies get 413"
+    )
+    rate_per_minute: int = Field(
+        default=600, ge=1, description="requests a client (token or address) may make a minute"
+    )
+    max_in_flight: int = Field(
+        default=8,
+        ge=1,
+        description="messages one conversation may have waiting through the API (more: 409)",
+    )
+    ask_timeout: float = Field(
+        default=600.0, gt=0, description="seconds a non-streaming message waits for its reply"
+    )
+
+
+class ConnectorSettings(_Strict):
+    """Chat-app connectors of ``coterie serve`` (``connectors:`` in
+    ``runtime.yaml``); each runs only when its token is in the environment."""
+
+    telegram: TelegramSettings | None = None
+
+
 class RuntimeSettings(_Strict):
     """Runtime-wide settings: ``<home>/runtime.yaml`` (all optional)."""
 
@@ -303,6 +345,8 @@ class RuntimeSettings(_Strict):
         gt=0,
         description="days the full text of a cut tool result stays in the persona's .spill",
     )
+    serve: ServeSettings = Field(default_factory=lambda: ServeSettings())
+    connectors: ConnectorSettings = Field(default_factory=lambda: ConnectorSettings())
 
 
 def load_settings(home: Path) -> RuntimeSettings:

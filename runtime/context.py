@@ -24,10 +24,18 @@ from runtime.config import (
     ThinkingMode,
     ToolFilter,
 )
-from runtime.messages import ChatMessage, TodoItem, TurnContextKind
+from runtime.messages import (
+    ChatMessage,
+    Origin,
+    Question,
+    StreamItem,
+    TodoItem,
+    TurnContextKind,
+)
 from runtime.services import (
     AuditSink,
     DelegationService,
+    DeliveryService,
     MemoryService,
     Messenger,
     NullAudit,
@@ -99,6 +107,8 @@ class Conversation:
     id: str
     history: list[ChatMessage] = field(default_factory=list)
     todos: list[TodoItem] = field(default_factory=list)
+    # What the persona asked the person (ask_user), until it is answered.
+    question: Question | None = None
 
 
 @dataclass
@@ -111,6 +121,7 @@ class Services:
     memory: MemoryService | None = None
     processes: ProcessService | None = None
     delegations: DelegationService | None = None
+    deliveries: DeliveryService | None = None
     background: BackgroundTasks = field(default_factory=BackgroundTasks)
     file_locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -154,6 +165,17 @@ class TurnContext:
     batch_id: str = ""
     # draft calls made on this turn (bounded).
     drafts: int = 0
+    # Where the turn's (first) message came from: reply_to_origin answers there.
+    origin: Origin = field(default_factory=Origin)
+    # reply_to_origin was used on this turn (it may be, once).
+    replied_to_origin: bool = False
+    # The question ask_user ended the turn on.
+    question: Question | None = None
+    # The turn's own audit sink when someone listens to it (it forwards every
+    # event to the listeners too); else the persona's.
+    sink: AuditSink | None = None
+    # Streaming callers of this turn: they hear its events and text deltas.
+    on_event: Callable[[StreamItem], None] | None = None
 
     def redact(self, text: str) -> str:
         """``text`` with every hidden value replaced by ``[redacted:NAME]``."""
@@ -177,7 +199,7 @@ class TurnContext:
 
     @property
     def audit(self) -> AuditSink:
-        return self.services.audit
+        return self.sink or self.services.audit
 
 
 __all__ = [

@@ -89,6 +89,11 @@ ErrorKind = Literal[
     "fetch_failed",
     "unsupported_content",
     "search_failed",
+    # connectors (send_message, ask_user, reply_to_origin)
+    "unknown_connector",
+    "no_origin",
+    "already_replied",
+    "connector_failed",
     # audit rows only: a failed model call, a turn that failed or errored
     "model_error",
     "turn_error",
@@ -235,6 +240,14 @@ class AuditSpoolInUseError(CoterieError):
     """Another audit buffer (in this or another process) holds the spool file."""
 
 
+class ConnectorError(CoterieError):
+    """A connector could not deliver a message, or none runs under that id."""
+
+
+class UnknownConnectorError(ConnectorError):
+    """No connector of that id runs (they run in ``coterie serve``)."""
+
+
 class ToolError(Exception):
     """A tool's expected failure, reported to the model (not a runtime fault).
 
@@ -261,6 +274,7 @@ __all__ = [
     "AuditQueryError",
     "AuditSpoolInUseError",
     "ConfigError",
+    "ConnectorError",
     "CoterieError",
     "DeliveryError",
     "ErrorKind",
@@ -273,5 +287,6 @@ __all__ = [
     "QueueFullError",
     "ToolError",
     "TurnFailedError",
+    "UnknownConnectorError",
     "UnknownPersonaError",
 ]

@@ -28,6 +28,8 @@ from runtime.messages import (
     ModelCalled,
     ModelRequest,
     ModelResponse,
+    Question,
+    TextDelta,
     ToolCall,
     ToolChoice,
     ToolChoiceAuto,
@@ -37,7 +39,7 @@ from runtime.messages import (
     TurnStatus,
     UserMessage,
 )
-from runtime.models.base import Model
+from runtime.models.base import Model, StreamingModel
 from runtime.runner import ToolOutcome, ToolRunner, error_result
 from runtime.tool import ToolRegistry, ToolSpec
 
@@ -65,6 +67,8 @@ class TurnResult:
     interrupted: bool = False
     # Every call of the last batch started pushed work: their handles.
     deferred: list[str] = field(default_factory=list)
+    # The turn ended asking the person this (ask_user).
+    question: Question | None = None
     new_messages: list[ChatMessage] = field(default_factory=list)
 
 
@@ -167,6 +171,7 @@ class TurnLoop:
     # ------------------------------------------------------------------
 
     def _finish(self, ctx: TurnContext, result: TurnResult) -> TurnResult:
+        result.question = ctx.question
         if ctx.end_task is not None:
             result.status = ctx.end_task.status
             result.summary = ctx.end_task.summary or ctx.end_task.reason
@@ -238,7 +243,7 @@ class TurnLoop:
         )
         started = time.perf_counter()
         try:
-            response: ModelResponse = await self.model.request(request)
+            response: ModelResponse = await self._request(ctx, request)
         except ModelError as exc:
             self._record_call(ctx, result, request, started, error=str(exc))
             raise
@@ -249,6 +254,25 @@ class TurnLoop:
             message = message.model_copy(update={"tool_calls": []})
         self._append(ctx, result, message)
         return message
+
+    async def _request(self, ctx: TurnContext, request: ModelRequest) -> ModelResponse:
+        """The model's answer; streamed when someone listens and the model can."""
+        listener = ctx.on_event
+        if listener is None or not isinstance(self.model, StreamingModel):
+            return await self.model.request(request)
+
+        def on_text(text: str) -> None:
+            listener(
+                TextDelta(
+                    persona=ctx.persona,
+                    conversation_id=ctx.conversation_id,
+                    turn_id=ctx.turn_id,
+                    step=request.step,
+                    text=text,
+                )
+            )
+
+        return await self.model.stream(request, on_text)
 
     def _record_call(
         self,

@@ -198,6 +198,20 @@ def inbox_id(target: str, source: str) -> str:
     return f"{target}:inbox:{source}"
 
 
+class Question(_Model):
+    """A question a turn asked the person (``ask_user``): the turn ended on it,
+    and the person's next message on the conversation answers it."""
+
+    id: str = Field(default_factory=lambda: new_id("q_"))
+    text: str
+    # Choices a connector may show as buttons; a free-text answer is fine too.
+    buttons: list[str] = Field(default_factory=list)
+    expires_at: float | None = None
+
+    def expired(self, at: float | None = None) -> bool:
+        return self.expires_at is not None and (at or now()) > self.expires_at
+
+
 class ReplyEnvelope(_Model):
     """The outcome of the turn that answered a message."""
 
@@ -211,6 +225,8 @@ class ReplyEnvelope(_Model):
     status: TurnStatus = "ok"
     error: str | None = None
     steps: int = 0
+    # The turn ended asking this (its text is the question too).
+    question: Question | None = None
 
     @classmethod
     def failure(cls, envelope: MessageEnvelope, *, sender: str, error: str) -> ReplyEnvelope:
@@ -311,12 +327,21 @@ class TodosSet(_Event):
     todos: list[TodoItem]
 
 
+class QuestionSet(_Event):
+    """A conversation's pending question was set (``ask_user``) or cleared
+    (answered: ``question`` is None) — enough to rebuild it."""
+
+    kind: Literal["question"] = "question"
+    question: Question | None
+
+
 class ConversationRecord(_Model):
     """What the audit log holds of one conversation: its messages, oldest
-    first, and its latest todo list."""
+    first, its latest todo list and its pending question."""
 
     messages: list[ChatMessage] = Field(default_factory=list)
     todos: list[TodoItem] = Field(default_factory=list)
+    question: Question | None = None
 
 
 class EnvelopeEvent(_Event):
@@ -342,6 +367,33 @@ class DelegationEvent(_Event):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class TextDelta(_Event):
+    """A piece of the model's reply text as it streams (never audited: the
+    whole text is in the ``chat_message`` event that follows)."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    step: int
+    text: str
+
+
+# --------------------------------------------------------------------------
+# Status
+# --------------------------------------------------------------------------
+
+
+class PersonaStats(BaseModel):
+    """One persona's activity: conversations held, turns running, messages
+    waiting, delegated work running, turns run since it started."""
+
+    name: str
+    conversations: int
+    turns_running: int
+    queued: int
+    delegations_running: int
+    turns_run: int
+    idle_seconds: float
+
+
 TurnEvent = Annotated[
     TurnStarted
     | HistoryAppended
@@ -350,11 +402,31 @@ TurnEvent = Annotated[
     | ToolFinished
     | TurnEnded
     | TodosSet
+    | QuestionSet
     | EnvelopeEvent
     | DelegationEvent,
     Field(discriminator="kind"),
 ]
 turn_event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
+
+#: What a streaming caller hears while its message is answered: the turn's
+#: events as they happen (text deltas included), then the reply.
+StreamItem = Annotated[
+    TurnStarted
+    | HistoryAppended
+    | ModelCalled
+    | ToolCalled
+    | ToolFinished
+    | TurnEnded
+    | TodosSet
+    | QuestionSet
+    | EnvelopeEvent
+    | DelegationEvent
+    | TextDelta
+    | ReplyEnvelope,
+    Field(discriminator="kind"),
+]
+stream_item_adapter: TypeAdapter[StreamItem] = TypeAdapter(StreamItem)
 
 __all__ = [
     "AssistantMessage",
@@ -369,7 +441,12 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Origin",
+    "PersonaStats",
+    "Question",
+    "QuestionSet",
     "ReplyEnvelope",
+    "StreamItem",
+    "TextDelta",
     "ThinkingBlock",
     "TodoItem",
     "TodosSet",
@@ -394,5 +471,6 @@ __all__ = [
     "envelope_adapter",
     "inbox_id",
     "new_id",
+    "stream_item_adapter",
     "turn_event_adapter",
 ]

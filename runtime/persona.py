@@ -30,9 +30,10 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runtime.config import Persona, RuntimeSettings, runtime_timezone
 from runtime.context import Conversation, Services, TurnContext
@@ -51,9 +52,14 @@ from runtime.messages import (
     EnvelopeEvent,
     HistoryAppended,
     MessageEnvelope,
+    PersonaStats,
+    Question,
+    QuestionSet,
     ReplyEnvelope,
+    StreamItem,
     ToolResultMessage,
     TurnEnded,
+    TurnEvent,
     TurnStarted,
     TurnStatus,
     UserMessage,
@@ -83,6 +89,32 @@ class _Pending:
     envelope: MessageEnvelope
     # None for posted messages nobody waits on.
     future: asyncio.Future[ReplyEnvelope] | None
+    # A streaming caller: hears the events of the turns that answer it.
+    listener: Callable[[StreamItem], None] | None = None
+
+
+class _TeeSink:
+    """A turn's audit sink while someone listens: every event is recorded
+    as usual and also handed to the listeners."""
+
+    def __init__(self, audit: AuditSink, emit: Callable[[StreamItem], None]) -> None:
+        self.audit = audit
+        self.emit = emit
+
+    def record(self, event: TurnEvent) -> None:
+        self.audit.record(event)
+        self.emit(event)
+
+    async def flush(self) -> None:
+        await self.audit.flush()
+
+
+def _fan_out(listeners: list[Callable[[StreamItem], None]]) -> Callable[[StreamItem], None]:
+    def emit(item: StreamItem) -> None:
+        for listener in listeners:
+            listener(item)
+
+    return emit
 
 
 @dataclass
@@ -334,9 +366,28 @@ class PersonaRuntime:
         """How many conversations are held in memory."""
         return len(self._slots)
 
+    def stats(self) -> PersonaStats:
+        """What runs in this persona now (for ``coterie status``)."""
+        slots = self._slots.values()
+        return PersonaStats(
+            name=self.name,
+            conversations=len(self._slots),
+            turns_running=sum(s.in_turn for s in slots),
+            queued=sum(len(s.queue) for s in slots),
+            delegations_running=self.delegations.running(),
+            turns_run=self.turns_run,
+            idle_seconds=round(self.idle_for(), 1),
+        )
+
     # -- accepting messages ----------------------------------------------
 
-    def _accept(self, envelope: MessageEnvelope, *, wait: bool) -> _Pending:
+    def _accept(
+        self,
+        envelope: MessageEnvelope,
+        *,
+        wait: bool,
+        listener: Callable[[StreamItem], None] | None = None,
+    ) -> _Pending:
         if self.closing:
             raise PersonaPassivatedError(f"persona {self.name!r} is closing")
         slot = self._slot(envelope.conversation_id)
@@ -354,7 +405,7 @@ class PersonaRuntime:
             )
         )
         future = asyncio.get_running_loop().create_future() if wait else None
-        pending = _Pending(envelope, future)
+        pending = _Pending(envelope, future, listener)
         slot.queue.append(pending)
         if slot.in_turn:
             slot.interrupt = True  # soft: the turn stops after its current tools
@@ -375,6 +426,34 @@ class PersonaRuntime:
     def post(self, envelope: MessageEnvelope) -> None:
         """Queue the message without waiting for its turn (fire and forget)."""
         self._accept(envelope, wait=False)
+
+    async def stream(self, envelope: MessageEnvelope) -> AsyncIterator[StreamItem]:
+        """Queue the message, then yield the events of the turn(s) that answer
+        it as they happen — text deltas, model and tool calls, the turn's end —
+        and last its :class:`ReplyEnvelope`.
+
+        The turn does not depend on the listener: a caller that stops reading
+        stops hearing, and the turn goes on.
+        """
+        events: asyncio.Queue[StreamItem] = asyncio.Queue()
+        pending = self._accept(envelope, wait=True, listener=events.put_nowait)
+        future = pending.future
+        assert future is not None
+        try:
+            while True:
+                getter: asyncio.Future[StreamItem] = asyncio.ensure_future(events.get())
+                waiting: set[asyncio.Future[Any]] = {getter, future}
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not events.empty():
+                    yield events.get_nowait()
+                yield future.result()
+                return
+        finally:
+            pending.listener = None
 
     # -- turns -----------------------------------------------------------
 
@@ -413,6 +492,7 @@ class PersonaRuntime:
             text=result.text,
             status=result.status,
             steps=result.steps,
+            question=result.question,
         )
 
     def _error_reply(self, envelope: MessageEnvelope, exc: BaseException) -> ReplyEnvelope:
@@ -454,16 +534,14 @@ class PersonaRuntime:
                     record.messages, self.settings.max_history_messages
                 )
                 conversation.todos = list(record.todos)
+                conversation.question = record.question
                 rebuilt = True
             slot.loaded = True
         turn_id = new_id("turn_")
-        if rebuilt:
-            for missing in unanswered_calls(conversation.history):
-                # The persona died mid-tool-call: its calls get a result, or no
-                # provider would accept the conversation again.
-                self._append(conversation, turn_id, missing)
         envelopes = [p.envelope for p in batch]
         ask_path = list(dict.fromkeys(name for e in envelopes for name in e.ask_path))
+        listeners = [p.listener for p in batch if p.listener is not None]
+        on_event = _fan_out(listeners) if listeners else None
         ctx = TurnContext(
             persona=self.name,
             conversation=conversation,
@@ -484,9 +562,12 @@ class PersonaRuntime:
             network=self.persona.config.network,
             cluster_addresses=self.cluster_addresses,
             hidden=self._hidden(),
+            origin=envelopes[0].origin,
+            sink=_TeeSink(self.services.audit, on_event) if on_event else None,
+            on_event=on_event,
         )
         started = time.perf_counter()
-        self.audit.record(
+        ctx.audit.record(
             TurnStarted(
                 persona=self.name,
                 conversation_id=conversation.id,
@@ -495,11 +576,17 @@ class PersonaRuntime:
                 message_ids=[e.id for e in envelopes],
             )
         )
+        if rebuilt:
+            for missing in unanswered_calls(conversation.history):
+                # The persona died mid-tool-call: its calls get a result, or no
+                # provider would accept the conversation again.
+                self._append(ctx, missing)
         for pending in new:
             env = pending.envelope
-            self._append(
-                conversation, turn_id, UserMessage(text=render_input(env), source=env.sender)
-            )
+            text = render_input(env)
+            if conversation.question is not None and env.source_kind == "user":
+                text = self._answering(ctx, env.text)
+            self._append(ctx, UserMessage(text=text, source=env.sender))
         try:
             system = build_system_prompt(
                 self.persona,
@@ -513,23 +600,49 @@ class PersonaRuntime:
             self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}", False)
             raise
         self._record_end(ctx, started, result.status, result.steps, None, result.interrupted)
+        if result.question is not None:
+            self._set_question(ctx, result.question)
         conversation.history = trim_history(
             conversation.history, self.settings.max_history_messages
         )
         self._sweep_spills()
         return result, turn_id
 
-    def _append(self, conversation: Conversation, turn_id: str, message: ChatMessage) -> None:
+    def _append(self, ctx: TurnContext, message: ChatMessage) -> None:
         """Add a message to the conversation and to the audit log (which rebuilds it)."""
-        conversation.history.append(message)
-        self.audit.record(
+        ctx.conversation.history.append(message)
+        ctx.audit.record(
             HistoryAppended(
                 persona=self.name,
-                conversation_id=conversation.id,
-                turn_id=turn_id,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
                 message=message,
             )
         )
+
+    def _set_question(self, ctx: TurnContext, question: Question | None) -> None:
+        """Set (or clear) the conversation's pending question, and record it so
+        that it comes back with the conversation after a restart."""
+        ctx.conversation.question = question
+        ctx.audit.record(
+            QuestionSet(
+                persona=self.name,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                question=question,
+            )
+        )
+
+    def _answering(self, ctx: TurnContext, text: str) -> str:
+        """The model's view of a person's message that answers the pending
+        question (which it clears): the question is named, and whether it had
+        expired when the answer came."""
+        question = ctx.conversation.question
+        assert question is not None
+        self._set_question(ctx, None)
+        if question.expired():
+            return f'[reply after your question "{question.text}" expired] {text}'
+        return f'[answer to your question "{question.text}"] {text}'
 
     def _sweep_spills(self) -> None:
         """Delete cut tool results older than ``spill_retention_days`` (at most
@@ -574,7 +687,7 @@ class PersonaRuntime:
         interrupted: bool,
     ) -> None:
         self.turns_run += 1
-        self.audit.record(
+        ctx.audit.record(
             TurnEnded(
                 persona=self.name,
                 conversation_id=ctx.conversation_id,
@@ -611,4 +724,10 @@ class PersonaRuntime:
         await self.model.aclose()
 
 
-__all__ = ["HistoryLoader", "PersonaRuntime", "render_input", "trim_history", "unanswered_calls"]
+__all__ = [
+    "HistoryLoader",
+    "PersonaRuntime",
+    "render_input",
+    "trim_history",
+    "unanswered_calls",
+]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from runtime.config import AccessLevel
+from runtime.connectors.base import ConnectorInfo, OutboundMessage
 from runtime.memory.records import IngestResult, MemoryRow, RecallHit, Source, UserModelRow
 from runtime.messages import MessageEnvelope, ReplyEnvelope, TurnEvent
 from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
@@ -43,6 +44,20 @@ class NullAudit:
 
     async def flush(self) -> None:
         return None
+
+
+class DeliveryService(Protocol):
+    """Messages out to people through the connectors ``coterie serve`` runs."""
+
+    async def deliver(self, message: OutboundMessage) -> None:
+        """Queue ``message`` for its connector; raises
+        :class:`~runtime.errors.ConnectorError` when no connector of that id runs
+        or its queue is full."""
+        ...
+
+    async def connectors(self) -> list[ConnectorInfo]:
+        """The connectors running now."""
+        ...
 
 
 class Messenger(Protocol):

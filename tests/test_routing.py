@@ -4,7 +4,7 @@ caller-side directory, the idle watcher and transient retries."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +17,7 @@ from runtime.errors import (
     PersonaPassivatedError,
     UnknownPersonaError,
 )
-from runtime.messages import MessageEnvelope, ReplyEnvelope
+from runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope, TurnStarted
 from runtime.routing import Directory, IdleWatcher, Roster, Router, retry_transient
 from tests.helpers import scripted, write_persona
 
@@ -43,6 +43,7 @@ class FakeHost:
         self.fail_next: BaseException | None = None
         self.ready = True
         self.rosters: list[list[tuple[str, str]]] = []
+        self.hung: set[str] = set()  # personas whose activity never answers
 
     async def start(self, name: str, roster: list[tuple[str, str]]) -> Handle:
         self.started.append(name)
@@ -83,6 +84,21 @@ class FakeHost:
 
     def actor_id(self, handle: Handle) -> str:
         return handle.id
+
+    async def activity(self, handle: Handle) -> PersonaStats:
+        if not handle.alive:
+            raise ActorLostError("gone")
+        if handle.name in self.hung:
+            await asyncio.sleep(3600)
+        return PersonaStats(
+            name=handle.name,
+            conversations=1,
+            turns_running=0,
+            queued=handle.flushed,
+            delegations_running=0,
+            turns_run=3,
+            idle_seconds=0.0,
+        )
 
 
 @pytest.fixture
@@ -281,6 +297,7 @@ class FakeLink:
         self.refuse: list[BaseException] = []  # raised by the next persona calls
         self.calls: list[tuple[str, str]] = []
         self.resolves = 0
+        self.die_mid_stream = False
 
     async def call_router(self, method: str, *args: Any) -> Any:
         if self.router_down:
@@ -306,6 +323,20 @@ class FakeLink:
 
     def actor_id(self, handle: Handle) -> str:
         return handle.id
+
+    async def stream(self, handle: Handle, data: str) -> AsyncIterator[str]:
+        self.calls.append((handle.id, "stream"))
+        if self.refuse:
+            raise self.refuse.pop(0)
+        if not handle.alive:
+            raise ActorLostError("actor died")
+        envelope = MessageEnvelope.model_validate_json(data)
+        yield TurnStarted(
+            persona=handle.name, conversation_id=envelope.conversation_id, turn_id="t"
+        ).model_dump_json()
+        if self.die_mid_stream:
+            raise ActorLostError("actor died mid-turn")
+        yield await self.router.host.deliver(handle, data)
 
 
 async def no_sleep(seconds: float) -> None:
@@ -480,3 +511,40 @@ async def test_a_restarted_router_adopts_the_running_actors(home: Path) -> None:
     assert await r.resolve("ana") is running and host.started == []
     assert await r.flush_all() == 1 and running.flushed == 1
     assert await r.passivate("ana") and host.stopped == [running.id]
+
+
+async def test_status_reports_active_personas_and_skips_hung_ones(home: Path) -> None:
+    write_persona(home, "bo", scripted(description="bo"))
+    r, host = router(home)
+    await r.resolve("ana")
+    await r.resolve("bo")
+    host.hung.add("bo")
+    status = await r.status(timeout=0.05)
+    assert status.registered == 2
+    assert [s.name for s in status.active] == ["ana"] and status.active[0].turns_run == 3
+    assert status.unresponsive == ["bo"] and status.activating == []
+    assert status.connectors == [] and status.outbound_waiting == {}
+
+
+async def test_directory_stream_resends_after_a_passivation(home: Path) -> None:
+    r, _host = router(home)
+    link = FakeLink(r)
+    d: Directory[Handle] = Directory(link, sleep=no_sleep)
+    link.refuse = [PersonaPassivatedError("closing")]
+    items = [item async for item in d.stream(envelope("streamed"))]
+    assert [i.kind for i in items] == ["turn_started", "reply"]
+    assert isinstance(items[-1], ReplyEnvelope) and items[-1].text == "ana got streamed"
+    assert [m for _, m in link.calls] == ["stream", "stream"]
+
+
+async def test_directory_stream_reports_a_persona_lost_mid_turn(home: Path) -> None:
+    r, _host = router(home)
+    link = FakeLink(r)
+    d: Directory[Handle] = Directory(link, sleep=no_sleep)
+    link.die_mid_stream = True
+    seen: list[str] = []
+    with pytest.raises(DeliveryError, match="died while handling the message"):
+        async for item in d.stream(envelope()):
+            seen.append(item.kind)
+    assert seen == ["turn_started"]  # not resent: events had already flowed
+    assert [m for _, m in link.calls] == ["stream"]

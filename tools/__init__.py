@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from runtime.tool import ToolRegistry
 from tools.calc import CALC_TOOLS
+from tools.connectors import CONNECTOR_TOOLS
 from tools.control import CONTROL_TOOLS
 from tools.delegation import DELEGATION_TOOLS
 from tools.files import FILE_TOOLS
@@ -20,6 +21,7 @@ def builtin_registry() -> ToolRegistry:
         [
             *CONTROL_TOOLS,
             *CALC_TOOLS,
+            *CONNECTOR_TOOLS,
             *PERSONA_TOOLS,
             *DELEGATION_TOOLS,
             *MEMORY_TOOLS,
@@ -33,6 +35,7 @@ def builtin_registry() -> ToolRegistry:
 
 __all__ = [
     "CALC_TOOLS",
+    "CONNECTOR_TOOLS",
     "CONTROL_TOOLS",
     "DELEGATION_TOOLS",
     "FILE_TOOLS",

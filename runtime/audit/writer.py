@@ -28,6 +28,7 @@ from runtime.messages import (
     ConversationRecord,
     DelegationEvent,
     HistoryAppended,
+    QuestionSet,
     TodosSet,
     turn_event_adapter,
 )
@@ -318,7 +319,8 @@ class AuditWriter:
 
     def conversation(self, persona: str, conversation_id: str) -> ConversationRecord:
         """Rebuild a conversation: its messages (``chat_message`` events, in
-        order) and its latest todo list (the last ``todos`` event)."""
+        order), its latest todo list (the last ``todos`` event) and its pending
+        question (the last ``question`` event)."""
         import duckdb
 
         try:
@@ -329,7 +331,7 @@ class AuditWriter:
         try:
             rows = cur.execute(
                 "SELECT kind, payload FROM events WHERE persona = ? AND conversation_id = ? "
-                "AND kind IN ('chat_message', 'todos') ORDER BY ts, seq",
+                "AND kind IN ('chat_message', 'todos', 'question') ORDER BY ts, seq",
                 [persona, conversation_id],
             ).fetchall()
         finally:
@@ -339,8 +341,10 @@ class AuditWriter:
             event = turn_event_adapter.validate_json(payload)
             if kind == "chat_message":
                 record.messages.append(cast(HistoryAppended, event).message)
-            else:
+            elif kind == "todos":
                 record.todos = cast(TodosSet, event).todos
+            else:
+                record.question = cast(QuestionSet, event).question
         return record
 
     def unfinished_delegations(self, persona: str) -> list[DelegationEvent]:

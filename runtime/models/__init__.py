@@ -11,7 +11,7 @@ from runtime.config import (
     ScriptedModelConfig,
 )
 from runtime.errors import ModelError
-from runtime.models.base import Model
+from runtime.models.base import Model, StreamingModel, TextSink
 from runtime.models.scripted import FunctionModel, RulesModel, ScriptedModel, tool_call
 from runtime.models.unavailable import UnavailableModel
 
@@ -49,6 +49,8 @@ __all__ = [
     "Model",
     "RulesModel",
     "ScriptedModel",
+    "StreamingModel",
+    "TextSink",
     "UnavailableModel",
     "build_model",
     "build_model_or_unavailable",

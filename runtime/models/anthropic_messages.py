@@ -24,6 +24,7 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
+from runtime.models.base import TextSink
 from runtime.models.sdk import SDKModel
 
 if TYPE_CHECKING:
@@ -58,6 +59,17 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
 
     async def send(self, client: AsyncAnthropic, params: dict[str, Any]) -> Message:
         return await client.messages.create(**params)
+
+    async def send_stream(
+        self, client: AsyncAnthropic, params: dict[str, Any], on_text: TextSink
+    ) -> ModelResponse:
+        """Stream the message; the SDK rebuilds it whole (thinking, signatures,
+        tool input) for :meth:`parse`."""
+        async with client.messages.stream(**params) as stream:
+            async for piece in stream.text_stream:
+                on_text(piece)
+            message = await stream.get_final_message()
+        return self.parse(message)
 
     # -- request -----------------------------------------------------------
 

@@ -8,6 +8,7 @@ provider's own business; SDKs are imported lazily inside the provider.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from runtime.messages import ModelRequest, ModelResponse
@@ -29,4 +30,23 @@ class Model(Protocol):
 
     async def aclose(self) -> None:
         """Release network clients (no-op for local models)."""
+        ...
+
+
+#: Receives each piece of reply text as the model produces it.
+TextSink = Callable[[str], None]
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A model that can also hand out its reply text while it is produced.
+
+    ``stream`` returns the same :class:`ModelResponse` as ``request`` would
+    (whole text, tool calls, usage) and calls ``on_text`` with each piece of
+    text on the way, in order; the pieces concatenate to the response's text.
+    A retry happens only before the first piece was handed out.
+    """
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
+        """Send one request, streaming its text to ``on_text``."""
         ...

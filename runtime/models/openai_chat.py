@@ -24,10 +24,12 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
+from runtime.models.base import TextSink
 from runtime.models.sdk import SDKModel
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
+    from openai.types import CompletionUsage
     from openai.types.chat import ChatCompletion
 
 __all__ = ["OpenAIChatModel"]
@@ -55,6 +57,58 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
 
     async def send(self, client: AsyncOpenAI, params: dict[str, Any]) -> ChatCompletion:
         return await client.chat.completions.create(**params)
+
+    async def send_stream(
+        self, client: AsyncOpenAI, params: dict[str, Any], on_text: TextSink
+    ) -> ModelResponse:
+        """Stream the completion, folding its chunks into the response :meth:`parse` gives.
+
+        Tool calls arrive as deltas keyed by index (id and name once, the
+        arguments string in pieces); usage comes in a last chunk of its own.
+        """
+        stream = await client.chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True}
+        )
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        finish_reason: str | None = None
+        usage: CompletionUsage | None = None
+        answered = False
+        async with stream:
+            async for chunk in stream:
+                usage = chunk.usage or usage
+                for choice in chunk.choices:
+                    if choice.index != 0:
+                        continue
+                    answered = True
+                    delta = choice.delta
+                    finish_reason = choice.finish_reason or finish_reason
+                    if delta.content:
+                        text.append(delta.content)
+                        on_text(delta.content)
+                    piece = _reasoning_content(delta)
+                    if piece is not None:
+                        reasoning.append(piece)
+                    for call in delta.tool_calls or []:
+                        slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                        # Some servers repeat id and name in every delta: the first counts.
+                        slot["id"] = slot["id"] or call.id or ""
+                        if call.function is not None:
+                            slot["name"] = slot["name"] or call.function.name or ""
+                            slot["arguments"] += call.function.arguments or ""
+        if not answered:
+            raise ModelError(f"openai model {self.name!r} returned no choices")
+        return self._response(
+            text="".join(text),
+            tool_calls=[
+                ToolCall(id=c["id"], name=c["name"], arguments=_parse_arguments(c["arguments"]))
+                for _, c in sorted(calls.items())
+            ],
+            reasoning_content="".join(reasoning) if reasoning else None,
+            usage=usage,
+            stop_reason=finish_reason,
+        )
 
     # -- request -----------------------------------------------------------
 
@@ -127,22 +181,36 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
             custom = getattr(call, "custom", None)
             if custom is not None:
                 tool_calls.append(ToolCall(id=call.id, name=custom.name, arguments=custom.input))
-        usage = Usage()
-        if completion.usage is not None:
-            usage = Usage(
-                input_tokens=completion.usage.prompt_tokens or 0,
-                output_tokens=completion.usage.completion_tokens or 0,
-            )
+        return self._response(
+            text=message.content or "",
+            tool_calls=tool_calls,
+            reasoning_content=_reasoning_content(message),
+            usage=completion.usage,
+            stop_reason=choice.finish_reason,
+        )
+
+    def _response(
+        self,
+        *,
+        text: str,
+        tool_calls: list[ToolCall],
+        reasoning_content: str | None,
+        usage: CompletionUsage | None,
+        stop_reason: str | None,
+    ) -> ModelResponse:
+        """The neutral response, whether the answer came whole or streamed."""
         return ModelResponse(
             message=AssistantMessage(
-                text=message.content or "",
-                tool_calls=tool_calls,
-                reasoning_content=_reasoning_content(message),
+                text=text, tool_calls=tool_calls, reasoning_content=reasoning_content
             ),
-            usage=usage,
+            usage=Usage()
+            if usage is None
+            else Usage(
+                input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0
+            ),
             provider=self.provider,
             model=self.config.name,
-            stop_reason=choice.finish_reason,
+            stop_reason=stop_reason,
         )
 
 

@@ -24,6 +24,7 @@ from runtime.messages import (
     new_id,
     now,
 )
+from runtime.models.base import TextSink
 
 Reply = AssistantMessage | str
 StepFn = Callable[[ModelRequest], Reply | Awaitable[Reply]]
@@ -46,6 +47,22 @@ def _usage(request: ModelRequest, message: AssistantMessage) -> Usage:
         input_tokens=chars_in // _CHARS_PER_TOKEN,
         output_tokens=max(1, chars_out // _CHARS_PER_TOKEN),
     )
+
+
+async def _stream_chunks(
+    response: ModelResponse, on_text: TextSink, chunk_chars: int = 8, delay: float = 0.0
+) -> ModelResponse:
+    """Hand ``response``'s text to ``on_text`` in pieces, ``delay`` seconds apart.
+
+    A local model has no wire to stream from; pieces let streaming callers
+    be tested the way a real model would drive them.
+    """
+    text = response.message.text
+    for start in range(0, len(text), chunk_chars):
+        if start and delay:
+            await asyncio.sleep(delay)
+        on_text(text[start : start + chunk_chars])
+    return response
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str | None = None) -> ToolCall:
@@ -100,6 +117,10 @@ class ScriptedModel:
             stop_reason="tool_use" if message.tool_calls else "end_turn",
         )
 
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
+        """:meth:`request`, its text handed out 8 characters at a time."""
+        return await _stream_chunks(await self.request(request), on_text)
+
     def assert_consumed(self) -> None:
         if len(self.requests) != len(self.steps):
             raise AssertionError(
@@ -134,6 +155,10 @@ class FunctionModel:
             model=self.name,
             stop_reason="tool_use" if message.tool_calls else "end_turn",
         )
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
+        """:meth:`request`, its text handed out 8 characters at a time."""
+        return await _stream_chunks(await self.request(request), on_text)
 
     async def aclose(self) -> None:
         return None
@@ -209,7 +234,8 @@ class RulesModel:
     Like a real model it is bound by ``timeout`` (a ``latency_ms`` above it
     raises :class:`ModelTimeoutError`) and by the request's ``max_tokens``
     (a longer text is cut, at about four characters a token, and the stop
-    reason is ``max_tokens``).
+    reason is ``max_tokens``). :meth:`stream` hands out that same (cut) text
+    in pieces of ``stream_chunk_chars`` with ``stream_delay_ms`` between.
     """
 
     provider = "scripted"
@@ -270,6 +296,14 @@ class RulesModel:
             provider=self.provider,
             model=self.name,
             stop_reason=stop_reason,
+        )
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
+        """:meth:`request` (latency, timeout and cut included), then its text in chunks."""
+        response = await self.request(request)
+        config = self.config
+        return await _stream_chunks(
+            response, on_text, config.stream_chunk_chars, config.stream_delay_ms / 1000
         )
 
     async def aclose(self) -> None:

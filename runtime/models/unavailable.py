@@ -9,6 +9,7 @@ from __future__ import annotations
 from runtime.config import ModelConfig
 from runtime.errors import ModelError
 from runtime.messages import ModelRequest, ModelResponse
+from runtime.models.base import TextSink
 
 
 class UnavailableModel:
@@ -20,6 +21,9 @@ class UnavailableModel:
         self.error = error
 
     async def request(self, request: ModelRequest) -> ModelResponse:
+        raise self.error
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
         raise self.error
 
     async def aclose(self) -> None:

@@ -8,7 +8,7 @@ from runtime.routing.directory import Directory, PersonaLink
 from runtime.routing.idle import IdleWatcher
 from runtime.routing.retry import retry_transient
 from runtime.routing.roster import ROSTER_LIMIT, Roster
-from runtime.routing.router import PersonaHost, PersonaInfo, Router
+from runtime.routing.router import PersonaHost, PersonaInfo, Router, RouterStatus
 
 __all__ = [
     "ROSTER_LIMIT",
@@ -19,5 +19,6 @@ __all__ = [
     "PersonaLink",
     "Roster",
     "Router",
+    "RouterStatus",
     "retry_transient",
 ]

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from runtime.errors import ActorLostError, DeliveryError, PersonaPassivatedError
-from runtime.messages import MessageEnvelope, ReplyEnvelope
+from runtime.messages import MessageEnvelope, ReplyEnvelope, StreamItem, stream_item_adapter
 
 H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)
@@ -40,6 +40,10 @@ class PersonaLink(Protocol[H_contra]):
     async def call_router(self, method: str, *args: Any) -> Any: ...
 
     async def call(self, handle: H_contra, method: Literal["handle", "post"], data: str) -> Any: ...
+
+    def stream(self, handle: H_contra, data: str) -> AsyncIterator[str]:
+        """The persona's ``stream`` of one envelope: its items as JSON."""
+        ...
 
     async def ping(self, handle: H_contra) -> None: ...
 
@@ -139,6 +143,42 @@ class Directory(Generic[H]):
     async def post(self, envelope: MessageEnvelope) -> None:
         """Deliver without waiting for the turn; raises if the persona refused it."""
         await self._deliver("post", envelope, None)
+
+    async def stream(self, envelope: MessageEnvelope) -> AsyncIterator[StreamItem]:
+        """Deliver and yield the answering turn's events, then its reply.
+
+        A persona that was passivating before it took the message is resolved
+        again (as :meth:`ask` does); once events have flowed, a lost persona
+        ends the stream with :class:`DeliveryError`.
+        """
+        data = envelope.model_dump_json()
+        recipient = envelope.recipient
+        for attempt in range(DELIVERY_ATTEMPTS):
+            last = attempt == DELIVERY_ATTEMPTS - 1
+            handle = await self.resolve(recipient)
+            started = False
+            try:
+                async for raw in self.link.stream(handle, data):
+                    started = True
+                    yield stream_item_adapter.validate_json(raw)
+                return
+            except PersonaPassivatedError:
+                self.forget(recipient)
+                if last or started:
+                    raise
+            except ActorLostError as exc:
+                self.forget(recipient)
+                if (
+                    not last
+                    and not started
+                    and await self.call_router("was_passivated", self.link.actor_id(handle))
+                ):
+                    continue
+                await self._await_restart(handle)
+                raise DeliveryError(
+                    f"persona {recipient!r} died while handling the message ({exc}); "
+                    "it has restarted — send again"
+                ) from None
 
 
 __all__ = ["DELIVERY_ATTEMPTS", "HANDLE_CACHE", "ROUTER_WAIT_SECONDS", "Directory", "PersonaLink"]

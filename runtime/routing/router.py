@@ -21,8 +21,10 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from runtime.config import load_persona_dir
-from runtime.errors import ActorLostError, UnknownPersonaError
-from runtime.messages import MessageEnvelope, ReplyEnvelope
+from runtime.connectors.base import ConnectorInfo
+from runtime.connectors.outbox import Outbox
+from runtime.errors import ActorLostError, CoterieError, UnknownPersonaError
+from runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope
 from runtime.routing.roster import Roster
 
 H = TypeVar("H")
@@ -39,6 +41,23 @@ class PersonaInfo(BaseModel):
     name: str
     description: str
     active: bool
+
+
+#: Seconds an active persona has to report its activity to ``status``.
+STATS_TIMEOUT = 2.0
+
+
+class RouterStatus(BaseModel):
+    """What the router knows runs (see :meth:`Router.status`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    registered: int
+    active: list[PersonaStats]
+    unresponsive: list[str]
+    activating: list[str]
+    connectors: list[ConnectorInfo]
+    outbound_waiting: dict[str, int]
 
 
 class PersonaHost(Protocol[H]):
@@ -62,6 +81,8 @@ class PersonaHost(Protocol[H]):
     async def flush(self, handle: H) -> None: ...
 
     async def shutdown(self, handle: H) -> None: ...
+
+    async def activity(self, handle: H) -> PersonaStats: ...
 
     def stop(self, handle: H) -> None:
         """End the actor's process (it is not restarted)."""
@@ -89,6 +110,8 @@ class Router(Generic[H]):
         self._activating: dict[str, asyncio.Task[H]] = {}
         self._passivated: OrderedDict[str, None] = OrderedDict()
         self._passivated_cap = passivated_cap
+        # Outbound messages for the connectors of `coterie serve`.
+        self.outbox = Outbox()
 
     # -- activation --------------------------------------------------------
 
@@ -196,6 +219,27 @@ class Router(Generic[H]):
         entries = await asyncio.to_thread(self.roster.entries, None)
         return [PersonaInfo(name=n, description=d, active=n in self._actors) for n, d in entries]
 
+    async def status(self, timeout: float = STATS_TIMEOUT) -> RouterStatus:
+        """What runs: each active persona's activity (those that answer within
+        ``timeout``), the connectors and their waiting messages."""
+        names = sorted(self._actors)
+
+        async def one(name: str) -> PersonaStats | None:
+            try:
+                return await asyncio.wait_for(self.host.activity(self._actors[name]), timeout)
+            except (TimeoutError, CoterieError):
+                return None
+
+        found = await asyncio.gather(*(one(n) for n in names))
+        return RouterStatus(
+            registered=len(self.roster.names),
+            active=[s for s in found if s is not None],
+            unresponsive=[n for n, s in zip(names, found, strict=True) if s is None],
+            activating=sorted(self._activating),
+            connectors=self.outbox.connectors(),
+            outbound_waiting=self.outbox.waiting(),
+        )
+
     async def flush_all(self) -> int:
         """Flush every active persona's audit buffer; returns how many were asked."""
         handles = list(self._actors.values())
@@ -215,4 +259,11 @@ class Router(Generic[H]):
         return len(handles)
 
 
-__all__ = ["PASSIVATED_CAP", "PersonaHost", "PersonaInfo", "Router"]
+__all__ = [
+    "PASSIVATED_CAP",
+    "STATS_TIMEOUT",
+    "PersonaHost",
+    "PersonaInfo",
+    "Router",
+    "RouterStatus",
+]

@@ -18,7 +18,8 @@ Served:
 
 - ``POST /v1/messages``: with ``"stream": true`` the SSE sequence
   ``message_start``, ``content_block_start``/``content_block_delta``
-  (``text_delta``, ``input_json_delta``)/``content_block_stop`` per block,
+  (``text_delta``, ``thinking_delta`` + ``signature_delta``,
+  ``input_json_delta``)/``content_block_stop`` per block,
   ``message_delta`` (stop reason, usage), ``message_stop``; without it one
   JSON message. ``Reply.stall`` holds a stream open after ``message_start``
   (a slow model, for cancellation tests).
@@ -27,6 +28,9 @@ Served:
 - ``HEAD``/``GET /``: 200 (connectivity probes).
 - anything else: 404 in the API's error shape. Every request is recorded in
   :attr:`AnthropicStreamServer.requests` whatever its route.
+
+:func:`message_events` is that event sequence for any message, so that the
+queue-scripted ``FakeAnthropicServer`` streams exactly the same way.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ __all__ = [
     "ToolUse",
     "When",
     "last_tool_results",
+    "message_events",
+    "pieces",
+    "sse",
     "user_text",
 ]
 
@@ -181,11 +188,73 @@ def _matches(when: When, body: dict[str, Any]) -> bool:
     return when.contains is None or when.contains.lower() in user_text(body).lower()
 
 
-def _pieces(text: str, n: int = 3) -> list[str]:
-    if len(text) <= n:
-        return [text]
+def pieces(text: str, n: int = 3) -> list[str]:
+    """``text`` in up to ``n`` pieces (none for ""): several deltas per block."""
+    if not text:
+        return []
     size = -(-len(text) // n)
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
+    """One server-sent event (``event:`` only when named, as OpenAI omits it)."""
+    head = f"event: {event}\n" if event else ""
+    body = data if isinstance(data, str) else json.dumps(data)
+    return f"{head}data: {body}\n\n".encode()
+
+
+def _block_events(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A content block's opening and the deltas that rebuild it."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": ""}, [
+            {"type": "text_delta", "text": p} for p in pieces(block["text"])
+        ]
+    if kind == "thinking":
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": block.get("signature") or ""})
+        return {"type": "thinking", "thinking": "", "signature": ""}, deltas
+    if kind == "tool_use":
+        return {**block, "input": {}}, [
+            {"type": "input_json_delta", "partial_json": p}
+            for p in pieces(json.dumps(block["input"]))
+        ]
+    return block, []  # redacted thinking and the rest arrive whole
+
+
+def message_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The streaming events ``(event, data)`` that rebuild a Messages API ``message``."""
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**message["usage"], "output_tokens": 1}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for index, block in enumerate(message["content"]):
+        opening, deltas = _block_events(block)
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": opening},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message.get("stop_sequence")}
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": delta,
+                "usage": {"output_tokens": message["usage"]["output_tokens"]},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
 
 
 class AnthropicStreamServer(LocalHttpServer):
@@ -322,46 +391,16 @@ class AnthropicStreamServer(LocalHttpServer):
         await response.prepare(request)
 
         async def send(event: str, data: dict[str, Any]) -> None:
-            await response.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+            await response.write(sse(data, event))
             if reply.chunk_delay:
                 await asyncio.sleep(reply.chunk_delay)
 
-        start = {**message, "content": [], "stop_reason": None}
-        start["usage"] = {**message["usage"], "output_tokens": 1}
-        await send("message_start", {"type": "message_start", "message": start})
-        if reply.stall:
-            self.stalling.set()
-            await send("ping", {"type": "ping"})
-            await asyncio.sleep(reply.stall)
-        for index, block in enumerate(message["content"]):
-            if block["type"] == "text":
-                opening: dict[str, Any] = {"type": "text", "text": ""}
-                deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
-            else:
-                opening = {**block, "input": {}}
-                deltas = [
-                    {"type": "input_json_delta", "partial_json": p}
-                    for p in _pieces(json.dumps(block["input"]))
-                ]
-            await send(
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": opening},
-            )
-            for delta in deltas:
-                await send(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            await send("content_block_stop", {"type": "content_block_stop", "index": index})
-        await send(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                "usage": {"output_tokens": message["usage"]["output_tokens"]},
-            },
-        )
-        await send("message_stop", {"type": "message_stop"})
+        for n, (event, data) in enumerate(message_events(message)):
+            await send(event, data)
+            if n == 0 and reply.stall:
+                self.stalling.set()
+                await send("ping", {"type": "ping"})
+                await asyncio.sleep(reply.stall)
         await response.write_eof()
         return response
 

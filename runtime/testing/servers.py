@@ -11,6 +11,11 @@ default text reply when the queue is empty::
         srv.enqueue_text("hi")
         model = OpenAIChatModel(config.model_copy(update={"base_url": srv.base_url}))
 
+A request with ``"stream": true`` gets the same queued reply as server-sent
+events in the provider's streaming format (errors stay plain HTTP errors);
+``cut_after`` drops the connection after that many events, for failures in
+the middle of a stream.
+
 Latency is an ``asyncio.sleep`` per response, so thousands of concurrent
 requests overlap instead of queueing behind each other.
 
@@ -34,6 +39,7 @@ from typing import Any, Self
 from aiohttp import web
 
 from runtime.testing._http import LocalHttpServer
+from runtime.testing.anthropic_stream import message_events, pieces, sse
 
 __all__ = ["FakeAnthropicServer", "FakeModelServer", "FakeOpenAIServer", "ScriptedReply"]
 
@@ -42,13 +48,15 @@ __all__ = ["FakeAnthropicServer", "FakeModelServer", "FakeOpenAIServer", "Script
 class ScriptedReply:
     """One queued answer: an HTTP status, a JSON (or text) body and headers.
 
-    ``latency`` overrides the server-wide latency for this reply only.
+    ``latency`` overrides the server-wide latency for this reply only;
+    ``cut_after`` (streaming only) drops the connection after that many events.
     """
 
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
     latency: float | None = None
+    cut_after: int | None = None
 
 
 class FakeModelServer(LocalHttpServer):
@@ -166,9 +174,10 @@ class FakeModelServer(LocalHttpServer):
         status: int = 200,
         headers: dict[str, str] | None = None,
         latency: float | None = None,
+        cut_after: int | None = None,
     ) -> None:
-        """Queue a reply body sent verbatim (a dict is sent as JSON)."""
-        self._queue.append(ScriptedReply(status, body, dict(headers or {}), latency))
+        """Queue a reply body sent verbatim (a dict is sent as JSON, or streamed)."""
+        self._queue.append(ScriptedReply(status, body, dict(headers or {}), latency, cut_after))
 
     def enqueue_error(
         self,
@@ -210,6 +219,12 @@ class FakeModelServer(LocalHttpServer):
         """Fill per-request fields (model echo) into a scripted success body."""
         return body
 
+    def _events(
+        self, body: dict[str, Any], request: dict[str, Any]
+    ) -> list[tuple[str | None, dict[str, Any] | str]]:
+        """The streaming events ``(event name, data)`` that carry ``body``."""
+        raise NotImplementedError
+
     # -- serving -----------------------------------------------------------
 
     async def _handle(self, http_request: web.Request) -> web.StreamResponse:
@@ -232,6 +247,8 @@ class FakeModelServer(LocalHttpServer):
         body = reply.body
         if reply.status < 400 and isinstance(body, dict):
             body = self._finish(body, payload)
+            if payload.get("stream"):
+                return await self._stream(http_request, self._events(body, payload), reply)
         if isinstance(body, str | bytes):
             return web.Response(
                 status=reply.status,
@@ -241,13 +258,38 @@ class FakeModelServer(LocalHttpServer):
             )
         return web.json_response(body, status=reply.status, headers=reply.headers)
 
+    async def _stream(
+        self,
+        http_request: web.Request,
+        events: list[tuple[str | None, dict[str, Any] | str]],
+        reply: ScriptedReply,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=reply.status,
+            headers={
+                **reply.headers,
+                "content-type": "text/event-stream",
+                "cache-control": "no-cache",
+            },
+        )
+        await response.prepare(http_request)
+        for n, (event, data) in enumerate(events):
+            if n == reply.cut_after:
+                # Gone mid-body: the client sees an incomplete chunked response.
+                assert http_request.transport is not None
+                http_request.transport.close()
+                return response
+            await response.write(sse(data, event))
+        await response.write_eof()
+        return response
+
 
 def _arguments_text(arguments: dict[str, Any] | str) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 class FakeOpenAIServer(FakeModelServer):
-    """Speaks ``POST /v1/chat/completions`` (non-streaming)."""
+    """Speaks ``POST /v1/chat/completions``, streaming ``chat.completion.chunk`` events."""
 
     route = "/v1/chat/completions"
 
@@ -299,6 +341,43 @@ class FakeOpenAIServer(FakeModelServer):
             body = {**body, "model": request["model"]}
         return body
 
+    def _events(
+        self, body: dict[str, Any], request: dict[str, Any]
+    ) -> list[tuple[str | None, dict[str, Any] | str]]:
+        """The completion as chunks: text and arguments split, then finish, usage, [DONE]."""
+        choice = body["choices"][0]
+        message = choice["message"]
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        deltas += [{"reasoning_content": p} for p in pieces(message.get("reasoning_content") or "")]
+        deltas += [{"content": p} for p in pieces(message.get("content") or "")]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            function = call["function"]
+            opening = {"index": index, "id": call["id"], "type": "function"}
+            deltas.append(
+                {
+                    "tool_calls": [
+                        {**opening, "function": {"name": function["name"], "arguments": ""}}
+                    ]
+                }
+            )
+            deltas += [
+                {"tool_calls": [{"index": index, "function": {"arguments": p}}]}
+                for p in pieces(function["arguments"])
+            ]
+        head = {key: body[key] for key in ("id", "created", "model")}
+        head["object"] = "chat.completion.chunk"
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            entry = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            return {**head, "choices": [entry]}
+
+        chunks: list[dict[str, Any] | str] = [chunk(d) for d in deltas]
+        chunks.append(chunk({}, choice["finish_reason"]))
+        if (request.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**head, "choices": [], "usage": body.get("usage")})
+        chunks.append("[DONE]")
+        return [(None, c) for c in chunks]
+
     def enqueue_text(
         self,
         text: str,
@@ -307,13 +386,14 @@ class FakeOpenAIServer(FakeModelServer):
         finish_reason: str = "stop",
         usage: tuple[int, int] = (10, 5),
         latency: float | None = None,
+        cut_after: int | None = None,
     ) -> None:
         """Queue a plain assistant reply."""
         message = _openai_message(text, reasoning_content=reasoning_content)
         body = self._completion(
             message, finish_reason, prompt_tokens=usage[0], completion_tokens=usage[1]
         )
-        self.enqueue_raw(body, latency=latency)
+        self.enqueue_raw(body, latency=latency, cut_after=cut_after)
 
     def enqueue_tool_call(
         self,
@@ -363,7 +443,7 @@ def _openai_message(text: str | None, *, reasoning_content: str | None = None) -
 
 
 class FakeAnthropicServer(FakeModelServer):
-    """Speaks ``POST /v1/messages`` (non-streaming)."""
+    """Speaks ``POST /v1/messages``, streaming as :class:`AnthropicStreamServer` does."""
 
     route = "/v1/messages"
 
@@ -407,6 +487,11 @@ class FakeAnthropicServer(FakeModelServer):
             body = {**body, "model": request["model"]}
         return body
 
+    def _events(
+        self, body: dict[str, Any], request: dict[str, Any]
+    ) -> list[tuple[str | None, dict[str, Any] | str]]:
+        return list(message_events(body))
+
     @staticmethod
     def thinking_block(thinking: str, signature: str = "sig-fake") -> dict[str, Any]:
         """A ``thinking`` content block."""
@@ -435,13 +520,14 @@ class FakeAnthropicServer(FakeModelServer):
         stop_reason: str | None = None,
         usage: tuple[int, int] = (10, 5),
         latency: float | None = None,
+        cut_after: int | None = None,
     ) -> None:
         """Queue a message with these content blocks."""
         if stop_reason is None:
             has_tool = any(block.get("type") == "tool_use" for block in content)
             stop_reason = "tool_use" if has_tool else "end_turn"
         body = self._message(content, stop_reason, input_tokens=usage[0], output_tokens=usage[1])
-        self.enqueue_raw(body, latency=latency)
+        self.enqueue_raw(body, latency=latency, cut_after=cut_after)
 
     def enqueue_text(
         self,
@@ -452,11 +538,14 @@ class FakeAnthropicServer(FakeModelServer):
         stop_reason: str = "end_turn",
         usage: tuple[int, int] = (10, 5),
         latency: float | None = None,
+        cut_after: int | None = None,
     ) -> None:
         """Queue a text reply, optionally preceded by a thinking block."""
         content = [] if thinking is None else [self.thinking_block(thinking, signature)]
         content.append({"type": "text", "text": text})
-        self.enqueue_content(content, stop_reason=stop_reason, usage=usage, latency=latency)
+        self.enqueue_content(
+            content, stop_reason=stop_reason, usage=usage, latency=latency, cut_after=cut_after
+        )
 
     def enqueue_tool_call(
         self,

@@ -1,0 +1,315 @@
+"""The HTTP API of ``coterie serve`` (aiohttp).
+
+Routes (all under ``/v1`` need ``Authorization: Bearer <token>``, unless the
+request comes from loopback and ``serve.loopback_without_token`` is on):
+
+- ``GET /v1/health``, ``GET /v1/status``
+- ``GET /v1/personas``, ``GET /v1/personas/{name}``
+- ``GET /v1/personas/{name}/conversations``,
+  ``GET /v1/personas/{name}/conversations/{id}``
+- ``POST /v1/personas/{name}/messages`` — ``{"text", "conversation_id"?,
+  "session"?, "stream"?}``: the reply, or with ``"stream": true`` (or
+  ``Accept: text/event-stream``) the turn's events as server-sent events
+- ``POST /v1/audit/query`` — ``{"sql"}``, read-only; ``GET /v1/audit/summary``
+- ``GET /v1/connectors``, ``GET /v1/connectors/{id}/messages?destination=&wait=``
+- ``POST /v1/chat/completions``, ``GET /v1/models`` (OpenAI-compatible:
+  :mod:`runtime.serve.openai_compat`)
+- ``GET /`` — the chat page (static, holds no data; it asks for the token)
+
+Every error is ``{"error": {"type", "message", "field"?}}`` with its status:
+400 a bad body (``field`` names what), 401 no or wrong token, 404 an unknown
+persona or conversation, 409 a conversation with too many messages waiting,
+413 a body over ``serve.max_body_bytes``, 429 over ``serve.rate_per_minute``,
+503 while the runtime starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.config import ServeSettings, load_persona_dir
+from runtime.connectors.mailbox import MailboxConnector
+from runtime.errors import CoterieError
+from runtime.messages import MessageEnvelope, Origin, StreamItem
+from runtime.serve import openai_compat
+from runtime.serve.backend import FrontDoor
+from runtime.serve.http import (
+    BACKEND,
+    ID_PATTERN,
+    STATE,
+    ApiError,
+    InFlight,
+    ServerState,
+    api_middleware,
+    error_for,
+    known_persona,
+    open_sse,
+    read_body,
+    sse_event,
+    valid_id,
+)
+
+STATIC = Path(__file__).parent / "static"
+#: Stream items a client never needs (the envelope it sent).
+QUIET_KINDS = frozenset({"envelope"})
+
+
+# -- bodies -----------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PostMessage(_Body):
+    text: str = Field(min_length=1)
+    conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    # The web page's or the CLI's session: where send_message / reply_to_origin reach it.
+    session: str | None = Field(default=None, pattern=ID_PATTERN)
+    connector: str = Field(default="web", pattern=r"^(web|cli)$")
+    stream: bool = False
+
+
+class AuditQuery(_Body):
+    sql: str = Field(min_length=1, max_length=20_000)
+
+
+# -- routes -------------------------------------------------------------------
+
+
+def backend(request: web.Request) -> FrontDoor:
+    return request.app[BACKEND]
+
+
+async def health(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response({"status": "ok", "uptime_s": round(time.time() - state.started, 1)})
+
+
+async def status(request: web.Request) -> web.Response:
+    data = await backend(request).status_async()
+    state = request.app[STATE]
+    data["server"] = {
+        "uptime_s": round(time.time() - state.started, 1),
+        "in_flight": sum(state.in_flight.values()),
+    }
+    return web.json_response(data)
+
+
+async def list_personas(request: web.Request) -> web.Response:
+    infos = await backend(request).personas_async()
+    return web.json_response({"personas": [i.model_dump() for i in infos]})
+
+
+async def describe_persona(request: web.Request) -> web.Response:
+    name = known_persona(request)
+    persona = load_persona_dir(request.app[STATE].home / "personas" / name, name)
+    cfg = persona.config
+    active = {i.name: i.active for i in await backend(request).personas_async()}
+    return web.json_response(
+        {
+            "name": name,
+            "description": cfg.description,
+            "active": active.get(name, False),
+            "model": {"provider": cfg.model.provider, "name": cfg.model.name},
+            "tools": cfg.tools.model_dump(),
+            "access": cfg.access,
+        }
+    )
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+async def list_conversations(request: web.Request) -> web.Response:
+    name = known_persona(request)
+    result = await backend(request).query_async(
+        "SELECT conversation_id, count(*) AS messages, max(ts) AS last_ts FROM events "
+        f"WHERE persona = {_literal(name)} AND kind = 'chat_message' "
+        "GROUP BY conversation_id ORDER BY last_ts DESC LIMIT 500"
+    )
+    return web.json_response(
+        {"conversations": [{"id": c, "messages": n, "last_ts": ts} for c, n, ts in result.rows]},
+        dumps=_dumps,
+    )
+
+
+async def conversation_history(request: web.Request) -> web.Response:
+    name = known_persona(request)
+    conversation_id = valid_id(request.match_info["conversation_id"], "conversation_id")
+    messages = await backend(request).history_async(name, conversation_id)
+    if not messages:
+        raise ApiError(
+            404, "unknown_conversation", f"{name} has no conversation {conversation_id!r}"
+        )
+    return web.json_response(
+        {
+            "persona": name,
+            "conversation_id": conversation_id,
+            "messages": [m.model_dump(mode="json") for m in messages],
+        }
+    )
+
+
+def envelope_for(name: str, body: PostMessage) -> MessageEnvelope:
+    """The envelope of a message posted through the API."""
+    origin = (
+        Origin(connector=body.connector, destination=body.session) if body.session else Origin()
+    )
+    return MessageEnvelope(
+        recipient=name,
+        conversation_id=body.conversation_id or f"{name}:api",
+        text=body.text,
+        origin=origin,
+    )
+
+
+def wants_stream(request: web.Request, asked: bool) -> bool:
+    return asked or "text/event-stream" in request.headers.get("Accept", "")
+
+
+async def post_message(request: web.Request) -> web.StreamResponse:
+    name = known_persona(request)
+    body: PostMessage = await read_body(request, PostMessage)
+    envelope = envelope_for(name, body)
+    state = request.app[STATE]
+    with InFlight(state, (name, envelope.conversation_id)):
+        if not wants_stream(request, body.stream):
+            reply = await backend(request).deliver_async(
+                envelope, timeout=state.settings.ask_timeout
+            )
+            return web.json_response({"reply": reply.model_dump(mode="json")})
+        return await stream_sse(request, backend(request).stream_async(envelope))
+
+
+async def stream_sse(request: web.Request, items: AsyncIterator[StreamItem]) -> web.StreamResponse:
+    """The items as server-sent events (``event: <kind>``, ``data: <json>``),
+    ending with ``reply``; a failure mid-way ends with an ``error`` event."""
+    response = await open_sse(request)
+    try:
+        async for item in items:
+            if item.kind in QUIET_KINDS:
+                continue
+            await sse_event(response, item.kind, item.model_dump_json())
+    except CoterieError as exc:
+        err = error_for(exc)
+        await sse_event(
+            response, "error", json.dumps({"error": {"type": err.kind, "message": str(err)}})
+        )
+    except (ConnectionResetError, asyncio.CancelledError):
+        # The client went away: the turn goes on without a listener.
+        raise
+    await response.write_eof()
+    return response
+
+
+async def audit_query(request: web.Request) -> web.Response:
+    body: AuditQuery = await read_body(request, AuditQuery)
+    result = await backend(request).query_async(body.sql)
+    return web.json_response(
+        {"columns": result.columns, "rows": [list(r) for r in result.rows]}, dumps=_dumps
+    )
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, default=str)
+
+
+SUMMARY_SQL = """
+SELECT persona,
+       count(*) FILTER (WHERE kind = 'turn_ended') AS turns,
+       count(*) FILTER (WHERE kind = 'turn_ended' AND status = 'error') AS errors,
+       coalesce(sum(input_tokens) FILTER (WHERE kind = 'model_call'), 0) AS input_tokens,
+       coalesce(sum(output_tokens) FILTER (WHERE kind = 'model_call'), 0) AS output_tokens,
+       round(avg(latency_ms) FILTER (WHERE kind = 'model_call'), 1) AS model_latency_ms,
+       round(avg(duration_ms) FILTER (WHERE kind = 'turn_ended'), 1) AS turn_ms
+FROM events WHERE persona IS NOT NULL GROUP BY persona ORDER BY persona
+"""
+RECENT_SQL = """
+SELECT ts, persona, conversation_id, turn_id, status, round(duration_ms, 1) AS duration_ms
+FROM events WHERE kind = 'turn_ended' ORDER BY ts DESC LIMIT 20
+"""
+
+
+async def audit_summary(request: web.Request) -> web.Response:
+    """Per persona: turns, errors, tokens and latency; and the 20 latest turns."""
+    door = backend(request)
+    per_persona = await door.query_async(SUMMARY_SQL)
+    recent = await door.query_async(RECENT_SQL)
+    return web.json_response(
+        {"personas": per_persona.as_dicts(), "recent_turns": recent.as_dicts()}, dumps=_dumps
+    )
+
+
+async def list_connectors(request: web.Request) -> web.Response:
+    status_data = await backend(request).status_async()
+    return web.json_response({"connectors": status_data.get("connectors", [])})
+
+
+async def connector_messages(request: web.Request) -> web.Response:
+    connector_id = request.match_info["connector"]
+    box = request.app[STATE].mailboxes.get(connector_id)
+    if box is None:
+        raise ApiError(
+            404, "unknown_connector", f"{connector_id!r} has no mailbox (only web and cli do)"
+        )
+    destination = valid_id(request.query.get("destination", ""), "destination")
+    try:
+        wait = min(max(float(request.query.get("wait", "0")), 0.0), 30.0)
+    except ValueError:
+        raise ApiError(400, "invalid_query", "wait must be a number of seconds", "wait") from None
+    messages = await box.take(destination, wait)
+    return web.json_response({"messages": [m.model_dump(mode="json") for m in messages]})
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html")
+
+
+def build_app(
+    home: Path,
+    settings: ServeSettings,
+    *,
+    token: str,
+    mailboxes: dict[str, MailboxConnector] | None = None,
+) -> web.Application:
+    """The front door's app; it answers 503 on ``/v1`` until :func:`set_backend`."""
+    app = web.Application(middlewares=[api_middleware], client_max_size=settings.max_body_bytes)
+    app[STATE] = ServerState(home, settings, token, mailboxes or {})
+    app.router.add_get("/v1/health", health)
+    app.router.add_get("/v1/status", status)
+    app.router.add_get("/v1/personas", list_personas)
+    app.router.add_get("/v1/personas/{name}", describe_persona)
+    app.router.add_get("/v1/personas/{name}/conversations", list_conversations)
+    app.router.add_get("/v1/personas/{name}/conversations/{conversation_id}", conversation_history)
+    app.router.add_post("/v1/personas/{name}/messages", post_message)
+    app.router.add_post("/v1/audit/query", audit_query)
+    app.router.add_get("/v1/audit/summary", audit_summary)
+    app.router.add_get("/v1/connectors", list_connectors)
+    app.router.add_get("/v1/connectors/{connector}/messages", connector_messages)
+    openai_compat.add_routes(app)
+    app.router.add_get("/", index)
+    app.router.add_static("/static/", STATIC)
+    return app
+
+
+def set_backend(app: web.Application, door: FrontDoor) -> None:
+    """The runtime is up: ``/v1`` answers from now on."""
+    app[BACKEND] = door
+
+
+def set_starting_error(app: web.Application, error: str) -> None:
+    """The runtime could not start: ``/v1`` answers 503 with this."""
+    app[STATE].starting_error = error
+
+
+__all__ = ["PostMessage", "build_app", "envelope_for", "set_backend", "set_starting_error"]
