@@ -25,7 +25,6 @@ persona or conversation, 409 a conversation with too many messages waiting,
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -49,6 +48,7 @@ from runtime.serve.http import (
     InFlight,
     ServerState,
     api_middleware,
+    close_stream,
     error_for,
     known_persona,
     open_sse,
@@ -205,9 +205,9 @@ async def stream_sse(request: web.Request, items: AsyncIterator[StreamItem]) -> 
         await sse_event(
             response, "error", json.dumps({"error": {"type": err.kind, "message": str(err)}})
         )
-    except (ConnectionResetError, asyncio.CancelledError):
-        # The client went away: the turn goes on without a listener.
-        raise
+    finally:
+        # Also when the client went away: stop listening (the turn goes on).
+        await close_stream(items)
     await response.write_eof()
     return response
 

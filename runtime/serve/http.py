@@ -10,7 +10,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +241,13 @@ async def sse_event(response: web.StreamResponse, kind: str, data: str) -> None:
     await response.write(f"event: {kind}\ndata: {data}\n\n".encode())
 
 
+async def close_stream(items: AsyncIterator[Any]) -> None:
+    """Stop listening to a stream of turn items (the turn itself goes on)."""
+    close = getattr(items, "aclose", None)
+    if close is not None:
+        await close()
+
+
 __all__ = [
     "BACKEND",
     "ID_PATTERN",
@@ -250,6 +257,7 @@ __all__ = [
     "ServerState",
     "TokenBucket",
     "api_middleware",
+    "close_stream",
     "error_for",
     "known_persona",
     "known_persona_name",

@@ -29,6 +29,7 @@ from runtime.serve.http import (
     STATE,
     ApiError,
     InFlight,
+    close_stream,
     error_for,
     known_persona_name,
     open_sse,
@@ -161,8 +162,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
         await send(chunk({"role": "assistant", "content": ""}))
         streamed = ""
+        items = door.stream_async(envelope)
         try:
-            async for item in door.stream_async(envelope):
+            async for item in items:
                 if isinstance(item, TextDelta):
                     streamed += item.text
                     await send(chunk({"content": item.text}))
@@ -190,6 +192,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         except CoterieError as exc:
             err = error_for(exc)
             await send({"error": {"message": str(err), "type": err.kind}})
+        finally:
+            await close_stream(items)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
