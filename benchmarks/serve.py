@@ -134,10 +134,11 @@ def measure(
         ("POST message, wait for the reply (p50)", p50(post), p50(health), "GET /v1/health")
     )
 
+    state = client.state
+    address = state.join_ray()  # before Ray is imported: the server's auth mode
     from coterie import Runtime
 
-    state = client.state
-    rt = Runtime.start(home=home, address=state.ray_address)  # joins: actors shared
+    rt = Runtime.start(home=home, address=address)  # joins: the server's actors
     rt.ask("echo", "warm up")
     direct = timed(lambda: rt.ask("echo", "hi"), args.requests)
     rt.shutdown()  # a joined runtime leaves the server's actors running

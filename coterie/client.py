@@ -41,6 +41,17 @@ class ServerState:
     pid: int
     token: str
     ray_address: str | None = None
+    # Ray's RAY_AUTH_MODE in the server: a driver joining its cluster needs the
+    # same (the token itself is in ~/.ray/auth_token, this user's).
+    ray_auth_mode: str | None = None
+
+    def join_ray(self) -> str | None:
+        """Prepare this process to join the server's Ray cluster; its address.
+
+        Call it before Ray is imported: Ray reads its auth mode at import."""
+        if self.ray_auth_mode:
+            os.environ.setdefault("RAY_AUTH_MODE", self.ray_auth_mode)
+        return self.ray_address
 
     def page_url(self) -> str:
         """The chat page, with the token in the fragment (never sent to the server)."""

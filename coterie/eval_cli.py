@@ -205,6 +205,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _run(plan: RunPlan, args: argparse.Namespace, store: EvalStore) -> int:
+    address = args.address
+    if address is None:
+        # A running `coterie serve`: join its cluster and runtime instead of
+        # starting another (its personas, audit log and memory are shared).
+        # Before Ray is imported: joining needs the server's auth mode.
+        from coterie.client import find_server
+
+        server = find_server(resolve_home(args.home))
+        if server is not None and server.state.ray_address:
+            address = server.state.join_ray()
+            console.print(f"  through coterie serve at {server.state.url}")
     from coterie.api import Runtime
 
     verb = "resuming" if plan.resumed else "running"
@@ -214,16 +225,6 @@ def _run(plan: RunPlan, args: argparse.Namespace, store: EvalStore) -> int:
     )
     if plan.task.description:
         console.print(f"  {plan.task.description}", markup=False, highlight=False)
-    address = args.address
-    if address is None:
-        # A running `coterie serve`: join its cluster and runtime instead of
-        # starting another (its personas, audit log and memory are shared).
-        from coterie.client import find_server
-
-        server = find_server(resolve_home(args.home))
-        if server is not None and server.state.ray_address:
-            address = server.state.ray_address
-            console.print(f"  through coterie serve at {server.state.url}")
     with console.status("Starting Ray and the runtime actors…"):
         rt = Runtime.start(home=args.home, address=address)
     try:

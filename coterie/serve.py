@@ -117,6 +117,7 @@ async def serve(
                 pid=os.getpid(),
                 token=token,
                 ray_address=ray.get_runtime_context().gcs_address,
+                ray_auth_mode=os.environ.get("RAY_AUTH_MODE"),
             ),
         )
         names = ", ".join(manager.connectors)
