@@ -54,7 +54,13 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
         import anthropic
 
         return anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,
+            # aiohttp under the SDK: measured ~20% less CPU per turn than the
+            # default httpx transport (benchmarks/scale.py).
+            http_client=anthropic.DefaultAioHttpClient(timeout=timeout),
         )
 
     async def send(self, client: AsyncAnthropic, params: dict[str, Any]) -> Message:

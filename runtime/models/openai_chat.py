@@ -52,7 +52,13 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
         import openai
 
         return openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,
+            # aiohttp under the SDK: measured ~20% less CPU per turn than the
+            # default httpx transport (benchmarks/scale.py).
+            http_client=openai.DefaultAioHttpClient(timeout=timeout),
         )
 
     async def send(self, client: AsyncOpenAI, params: dict[str, Any]) -> ChatCompletion:

@@ -171,6 +171,11 @@ class SDKModel(ABC, Generic[ConfigT]):
 
     def _to_error(self, exc: Exception) -> ModelError | None:
         sdk = self.sdk()
+        refused = _refused(exc)
+        if refused is not None:
+            # The aiohttp transport reports a refused connection as a connect
+            # *timeout*; it is not one.
+            return ModelHTTPError(None, f"connection error: {refused}")
         if isinstance(exc, sdk.APITimeoutError):
             return ModelTimeoutError(
                 f"{self.provider} model {self.name!r} did not answer within "
@@ -192,6 +197,18 @@ class SDKModel(ABC, Generic[ConfigT]):
         if isinstance(exc, _http_errors("RequestError")):
             return ModelHTTPError(None, f"connection error: {exc}")
         return None  # not the SDK's: a bug of ours, raised as it is
+
+
+def _refused(exc: BaseException) -> OSError | None:
+    """The connection error (refused, unreachable, reset) behind ``exc``, if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _http_errors(name: str) -> tuple[type[Exception], ...]:

@@ -1,0 +1,301 @@
+"""Many personas at once, each figure beside its Ray floor measured in the same run.
+
+One local Ray (``num_cpus=2``), one OpenAI-compatible fake model server in its
+own process (1 s latency), and:
+
+1. **the burst**: ``--turns`` concurrent turns over ``--personas`` warm
+   personas (OpenAI provider, ``--turns / --personas`` conversations each),
+   beside the floor: as many bare async Ray actors (``num_cpus=0``), each
+   making ``--turns / --personas`` concurrent calls awaiting the same server's
+   1 s reply through an aiohttp session. Both warm (connections open), best of
+   ``--rounds``; target ≤ 1.5× the floor;
+2. **cold start**: activating the personas with one turn each, all at once,
+   beside starting as many bare actors (each answering one call); target ≤ 1.5×;
+3. **memory**: USS of an active persona (OpenAI SDK loaded, after the bursts)
+   beside a bare actor (with its aiohttp session); the router's and the
+   audit actor's USS; target ≤ 75 MiB per persona;
+4. **where the CPU goes** during the best burst, by process kind (driver,
+   personas, router, audit, model server, the rest of Ray, other load);
+5. **many registered personas**: a fresh home with ``--registered``
+   personas: ``Runtime.personas()`` and the first ``resolve``; target
+   ``personas()`` ≤ 1 s.
+
+    python benchmarks/scale.py [--personas 100] [--turns 1000] [--rounds 2]
+                               [--registered 10000]
+
+It scales down by flags (``--personas 20 --turns 200 --registered 1000``) and
+prints the machine's core count and load; this box is shared, so the "other
+load" column says how much of the machine was someone else's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._procs import our_ray_processes  # noqa: E402
+from benchmarks.personas import (  # noqa: E402
+    KEY_ENV,
+    CpuMeter,
+    ServerProcess,
+    actor_pid,
+    burst,
+    cpu_text,
+    handles_for,
+    model_names,
+    persona_pids,
+    uss_mib,
+    warm_up,
+    write_persona,
+)
+from coterie import Runtime  # noqa: E402
+
+console = Console()
+
+
+class BareActor:
+    """The floor: an async actor awaiting the model server through aiohttp."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.session: Any = None
+
+    async def call(self, n: int) -> str:
+        import aiohttp
+
+        if self.session is None:
+            self.session = aiohttp.ClientSession()
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": f"hi {n}"}]}
+        headers = {"Authorization": "Bearer sk-bench-dummy"}
+        async with self.session.post(self.url, json=body, headers=headers) as response:
+            data = await response.json()
+        return str(data["choices"][0]["message"]["content"])
+
+    async def burst(self, calls: int) -> int:
+        replies = await asyncio.gather(*(self.call(i) for i in range(calls)))
+        return len(replies)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+BareRemote = ray.remote(num_cpus=0)(BareActor)
+
+
+def start_bare(n: int, url: str) -> tuple[float, list[Any]]:
+    """Seconds to start ``n`` bare actors and have each answer one model call."""
+    t0 = time.perf_counter()
+    actors = [BareRemote.remote(url) for _ in range(n)]  # type: ignore[attr-defined]
+    ray.get([a.call.remote(0) for a in actors])
+    return time.perf_counter() - t0, actors
+
+
+def bare_burst(actors: list[Any], per_actor: int, roles: dict[str, set[int]]) -> dict[str, Any]:
+    meter = CpuMeter(roles)
+    meter.start()
+    t0 = time.perf_counter()
+    done = sum(ray.get([a.burst.remote(per_actor) for a in actors]))
+    wall = time.perf_counter() - t0
+    return {"wall": wall, "n": done, "cpu": meter.stop()}
+
+
+def write_home(home: Path, personas: int, base_url: str) -> list[str]:
+    body = {
+        "description": "Answers through the fake OpenAI server.",
+        "model": {
+            "provider": "openai",
+            "name": "fake-model",
+            "base_url": base_url,
+            "api_key_env": KEY_ENV,
+            "max_tokens": 64,
+            "timeout": 60,
+            "max_retries": 0,
+        },
+    }
+    names = model_names(personas)
+    for name in names:
+        write_persona(home, name, body)
+    return names
+
+
+class Rows:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str]] = []
+
+    def add(
+        self, figure: str, ours: str, floor: str = "", ratio: str = "", verdict: str = ""
+    ) -> None:
+        self.rows.append((figure, ours, floor, ratio, verdict))
+
+    def compare(
+        self, figure: str, ours: float, floor: float, unit: str, target: float | None
+    ) -> None:
+        ratio = ours / floor if floor else float("nan")
+        verdict = ""
+        if target is not None:
+            verdict = "[green]met[/]" if ratio <= target else f"[red]missed (≤ {target:g}×)[/]"
+        self.add(figure, f"{ours:.2f} {unit}", f"{floor:.2f} {unit}", f"{ratio:.2f}×", verdict)
+
+    def table(self, title: str) -> Table:
+        table = Table(title=title)
+        for col in ("figure", "coterie", "floor / peer", "ratio", "target"):
+            table.add_column(col)
+        for row in self.rows:
+            table.add_row(*row)
+        return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--personas", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--latency", type=float, default=1.0, help="model latency (s)")
+    parser.add_argument("--rounds", type=int, default=2, help="bursts per side (best kept)")
+    parser.add_argument("--registered", type=int, default=10_000)
+    args = parser.parse_args()
+    os.environ[KEY_ENV] = "sk-bench-dummy"  # persona actors inherit the driver's env
+    os.environ.pop("RAY_ADDRESS", None)
+    per = max(1, args.turns // args.personas)
+    rows = Rows()
+    load0 = os.getloadavg()[0]
+    started = time.perf_counter()
+    srv = ServerProcess(args.latency)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            home = Path(tmp) / "main"
+            names = write_home(home, args.personas, srv.base_url)
+            with console.status("starting Ray"):
+                rt = Runtime.start(home=home, num_cpus=2)
+            try:
+                measure(rt, srv, names, per, args, rows)
+            finally:
+                rt.shutdown()
+            registered(Path(tmp) / "registered", args.registered, rows)
+    finally:
+        srv.stop()
+        if ray.is_initialized():
+            ray.shutdown()
+    title = (
+        f"coterie at scale ({os.cpu_count()} cores, load {load0:.2f} at start, "
+        f"{os.getloadavg()[0]:.2f} at end, {time.perf_counter() - started:.0f} s)"
+    )
+    console.print(rows.table(title))
+
+
+def measure(
+    rt: Runtime,
+    srv: ServerProcess,
+    names: list[str],
+    per: int,
+    args: argparse.Namespace,
+    rows: Rows,
+) -> None:
+    url = srv.base_url.rstrip("/") + "/chat/completions"
+    n = len(names)
+    roles: dict[str, set[int]] = {
+        "router": {actor_pid("RouterActor")},
+        "audit": {actor_pid("AuditLogActor")},
+        "model server": {srv.pid},
+    }
+    # Cold starts, the floor first.
+    with console.status(f"starting {n} bare actors"):
+        bare_start, actors = start_bare(n, url)
+    with console.status(f"activating {n} personas (one turn each)"):
+        cold, failed = warm_up(rt, names)
+    rows.compare(f"cold start: {n} personas, first turn each", cold, bare_start, "s", 1.5)
+    if failed:
+        rows.add(f"  first-try failures of the cold start: {len(failed)}", failed[0][1][:60])
+    # Bursts, interleaved, best of --rounds each.
+    roles["personas"] = persona_pids(rt, names)
+    bare_pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
+    ours: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
+    for _ in range(args.rounds):
+        with console.status("floor burst"):
+            floors.append(bare_burst(actors, per, {**roles, "bare actors": bare_pids}))
+        with console.status("coterie burst"):
+            ours.append(burst(rt, srv, names, n * per, roles))
+    best = min(ours, key=lambda r: r["wall"])
+    floor = min(floors, key=lambda r: r["wall"])
+    rows.compare(
+        f"burst: {n * per} turns over {n} warm personas, {args.latency:g} s model",
+        best["wall"],
+        floor["wall"],
+        "s",
+        1.5,
+    )
+    rows.add(
+        "  coterie runs / floor runs",
+        ", ".join(f"{r['wall']:.2f}" for r in ours) + " s",
+        ", ".join(f"{r['wall']:.2f}" for r in floors) + " s",
+    )
+    rows.add("  replies ok", f"{best['ok']} / {best['n']}", f"{floor['n']} / {n * per}")
+    rows.add("  CPU during the best burst (core-s)", cpu_text(best["cpu"], best["wall"]))
+    rows.add("  CPU during the floor's best burst", cpu_text(floor["cpu"], floor["wall"]))
+    persona_cpu = best["cpu"].get("personas", 0.0) * 1000 / best["n"]
+    bare_cpu = floor["cpu"].get("bare actors", 0.0) * 1000 / max(1, floor["n"])
+    rows.compare("  persona-process CPU per turn", persona_cpu, bare_cpu, "ms", None)
+    # Memory.
+    stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
+    uss = statistics.mean(uss_mib(int(s["pid"])) for s in stats)
+    bare_uss = statistics.mean(uss_mib(p) for p in bare_pids)
+    rows.compare("USS per active persona (openai SDK loaded)", uss, bare_uss, "MiB", 75 / 58)
+    rows.add(
+        "  router / audit actor USS",
+        f"{uss_mib(next(iter(roles['router']))):.1f} / "
+        f"{uss_mib(next(iter(roles['audit']))):.1f} MiB",
+    )
+    for actor in actors:
+        ray.kill(actor)
+
+
+def registered(home: Path, n: int, rows: Rows) -> None:
+    for i in range(n):
+        write_persona(
+            home,
+            f"p-{i:05d}",
+            {"description": f"registered persona {i}", "model": {"provider": "scripted"}},
+        )
+    with console.status(f"a home with {n:,} registered personas"):
+        rt = Runtime.start(home=home, num_cpus=2)
+        try:
+            t0 = time.perf_counter()
+            listed = rt.personas()
+            first = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rt.personas()
+            second = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            ray.get(rt.router.resolve.remote("p-00042" if n > 42 else "p-00000"))
+            resolve = time.perf_counter() - t0
+            processes = len(our_ray_processes("PersonaActor"))
+        finally:
+            rt.shutdown()
+    ok = first <= 1.0 and len(listed) == n
+    rows.add(
+        f"personas() with {n:,} registered: first / second call",
+        f"{first:.2f} / {second:.2f} s",
+        "",
+        "",
+        "[green]met[/]" if ok else "[red]missed (≤ 1 s)[/]",
+    )
+    rows.add("  first resolve (starts one persona process)", f"{resolve:.2f} s")
+    rows.add("  persona processes after it", str(processes))
+
+
+if __name__ == "__main__":
+    main()
