@@ -29,11 +29,13 @@ def get_or_create_audit_log(
     detached: bool = False,
     flush_interval: float = 0.05,
     flush_rows: int = 5000,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     """The named audit log actor, created on first use.
 
     An existing actor of that name is returned as is, whatever its ``path``
-    (check ``ping()`` if that matters).
+    (check ``ping()`` if that matters). ``options`` are more Ray actor options
+    (where it runs: ``actors.router.placement_options``).
     """
     return AuditLogActorRemote.options(  # type: ignore[attr-defined]
         name=name,
@@ -41,6 +43,7 @@ def get_or_create_audit_log(
         get_if_exists=True,
         lifetime="detached" if detached else None,
         num_cpus=0,
+        **(options or {}),
     ).remote(path, flush_interval=flush_interval, flush_rows=flush_rows)
 
 

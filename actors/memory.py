@@ -26,9 +26,16 @@ MemoryStoreActorRemote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retrie
 
 
 def get_or_create_memory_store(
-    uri: str, settings: MemorySettings, *, name: str, namespace: str, detached: bool
+    uri: str,
+    settings: MemorySettings,
+    *,
+    name: str,
+    namespace: str,
+    detached: bool,
+    options: dict[str, Any] | None = None,
 ) -> Any:
-    """The named MemoryStore actor, created on first use."""
+    """The named MemoryStore actor, created on first use; ``options`` are more
+    Ray actor options (where it runs: ``actors.router.placement_options``)."""
     env = embedder_process_env(settings)
     return MemoryStoreActorRemote.options(  # type: ignore[attr-defined]
         name=name,
@@ -36,6 +43,7 @@ def get_or_create_memory_store(
         get_if_exists=True,
         lifetime="detached" if detached else None,
         runtime_env={"env_vars": env} if env else None,
+        **(options or {}),
     ).remote(uri, settings)
 
 

@@ -183,6 +183,7 @@ class PersonaActor:
         return {
             "persona": self.runtime.name,
             "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "sdks_loaded": sorted(m for m in ("openai", "anthropic") if m in sys.modules),
             "turns": self.runtime.turns_run,
             "busy": self.runtime.busy(),

@@ -9,6 +9,8 @@ name when stopping everything.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,46 @@ import ray
 
 from actors._ray import actor_id, persona_actor_name, remote
 from actors.persona import PersonaActorRemote
-from runtime.config import RuntimeSettings
+from runtime.config import Placement, RuntimeSettings, load_persona
 from runtime.connectors import ConnectorInfo, OutboundMessage
+from runtime.errors import PlacementError
 from runtime.messages import PersonaStats
 from runtime.routing import PersonaInfo, Router, RouterStatus
+from runtime.routing.placement import check_placement, start_timeout_message
+
+
+def placement_options(placement: Placement) -> dict[str, Any]:
+    """The ``.options()`` of an actor that must run where ``placement`` says:
+    custom ``resources`` held while it lives, a ``label_selector`` of exact values."""
+    options: dict[str, Any] = {}
+    if placement.resources:
+        options["resources"] = dict(placement.resources)
+    if placement.node_labels:
+        options["label_selector"] = dict(placement.node_labels)
+    return options
+
+
+def await_started(actors: list[tuple[Any, Placement, str]]) -> None:
+    """Wait (blocking) until each ``(handle, placement, who)`` actor is up,
+    each for its ``placement.start_timeout``; one still pending (its nodes
+    are full) is stopped and raises :class:`PlacementError` — it never ran,
+    so nothing is lost, and the next start places it anew."""
+    began = time.monotonic()
+    waits = [(handle.__ray_ready__.remote(), handle, p, who) for handle, p, who in actors]
+    for ref, handle, placement, who in waits:
+        left = began + placement.start_timeout - time.monotonic()
+        try:
+            ray.get(ref, timeout=max(left, 0.0))
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(handle, no_restart=True)
+            raise PlacementError(start_timeout_message(placement, who)) from None
+
+
+def check_cluster_placement(placement: Placement, who: str) -> None:
+    """:func:`~runtime.routing.placement.check_placement` against the alive
+    nodes of the cluster (a GCS call: run it off an event loop)."""
+    if placement.pinned:
+        check_placement(placement, ray.nodes(), who)
 
 
 class RayPersonaHost:
@@ -43,8 +81,16 @@ class RayPersonaHost:
         self.router_actor = router_actor
         self.memory_actor = memory_actor
         self.settings = settings
+        #: The placement each persona's actor was started with (Ray keeps it
+        #: for the actor's restarts).
+        self.placements: dict[str, Placement] = {}
 
     async def start(self, name: str, roster: list[tuple[str, str]]) -> Any:
+        placement = load_persona(self.home, name).config.placement
+        self.placements[name] = placement
+        who = f"persona {name!r}"
+        # Ray would leave an actor no node can hold pending forever.
+        await asyncio.to_thread(check_cluster_placement, placement, who)
         handle: Any = PersonaActorRemote.options(  # type: ignore[attr-defined]
             name=persona_actor_name(self.runtime_id, name),
             namespace=self.namespace,
@@ -52,6 +98,7 @@ class RayPersonaHost:
             # Detached, so a persona is not owned by (and does not die with)
             # the router; stop_all and passivation end them.
             lifetime="detached",
+            **placement_options(placement),
         ).remote(
             name,
             str(self.home),
@@ -62,7 +109,13 @@ class RayPersonaHost:
             roster=roster,
             settings=self.settings,
         )
-        await remote(handle.ping.remote())
+        try:
+            await asyncio.wait_for(remote(handle.ping.remote()), placement.start_timeout)
+        except TimeoutError:
+            # Still pending (its nodes are full): stop it, so that the next
+            # message places it anew, with the persona's placement as it is then.
+            ray.kill(handle, no_restart=True)
+            raise PlacementError(start_timeout_message(placement, who)) from None
         return handle
 
     async def deliver(self, handle: Any, data: str) -> str:
@@ -135,7 +188,13 @@ class RouterActor:
 
     async def resolve(self, name: str) -> Any:
         """The actor handle of persona ``name``, activating it if needed."""
-        return await self.router.resolve(name)
+        handle = await self.router.resolve(name)
+        # A pinned persona whose nodes are all gone: say so now. Its actor,
+        # waiting to restart, would hold a new caller's messages until one is back.
+        placement = self.host.placements.get(name)
+        if placement is not None and placement.pinned:
+            await asyncio.to_thread(check_cluster_placement, placement, f"persona {name!r}")
+        return handle
 
     async def deliver(self, data: str) -> str:
         """Deliver an envelope (JSON) through the router; the reply (JSON)."""
@@ -151,8 +210,11 @@ class RouterActor:
     async def active(self) -> list[str]:
         return self.router.active()
 
-    async def personas(self) -> list[PersonaInfo]:
-        return await self.router.personas()
+    async def personas(self, offset: int = 0, limit: int | None = None) -> list[PersonaInfo]:
+        return await self.router.personas(offset, limit)
+
+    async def count(self) -> int:
+        return self.router.count()
 
     async def flush_all(self) -> int:
         return await self.router.flush_all()
@@ -188,4 +250,11 @@ class RouterActor:
 
 RouterActorRemote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(RouterActor)
 
-__all__ = ["RayPersonaHost", "RouterActor", "RouterActorRemote"]
+__all__ = [
+    "RayPersonaHost",
+    "RouterActor",
+    "RouterActorRemote",
+    "await_started",
+    "check_cluster_placement",
+    "placement_options",
+]

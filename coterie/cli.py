@@ -54,7 +54,12 @@ def cmd_personas(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
     server = _server(args)
     if server is not None:
-        listed = server.get("/v1/personas")["personas"]
+        listed: list[dict[str, Any]] = []
+        while True:
+            page = server.get(f"/v1/personas?offset={len(listed)}")
+            listed += page["personas"]
+            if not page["personas"] or len(listed) >= page["total"]:
+                break
         print_table(
             ["persona", "active", "description"],
             [(p["name"], "yes" if p["active"] else "", p["description"]) for p in listed],

@@ -9,6 +9,7 @@ returned as tool-result strings (see ``runtime.runner``).
     CoterieError
     ├── ConfigError                 a config or persona file is wrong
     │   ├── PersonaConfigError      names the file, the field and what was expected
+    │   ├── PlacementError          no alive node can hold an actor's placement
     │   └── TaskFileError           an eval task or its dataset (runtime.eval.task)
     ├── UnknownPersonaError         no persona of that name exists
     ├── ModelError                  a model provider failed
@@ -26,7 +27,9 @@ returned as tool-result strings (see ``runtime.runner``).
     ├── EvalStoreError              the eval results store refused (runtime.eval.store)
     ├── AuditQueryError             an audit query was refused or failed
     ├── AuditOverloadedError        the audit log holds too many unwritten rows right now
-    └── AuditSpoolInUseError        another audit buffer holds the spool file
+    ├── AuditSpoolInUseError        another audit buffer holds the spool file
+    └── ConnectorError              a connector could not deliver, or none runs
+        └── UnknownConnectorError   under that id (they run in coterie serve)
 
     ToolError                       (apart from the tree) a tool's failure the
                                     model should read: the runner turns it into
@@ -124,6 +127,11 @@ class PersonaConfigError(ConfigError):
     def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
         # Errors cross actor boundaries pickled; keep the constructor's arguments.
         return (type(self), (self.path, self.problems))
+
+
+class PlacementError(ConfigError):
+    """No alive node offers what an actor's placement asks for, or none had
+    room for it in time."""
 
 
 class UnknownPersonaError(CoterieError):
@@ -284,6 +292,7 @@ __all__ = [
     "ModelTimeoutError",
     "PersonaConfigError",
     "PersonaPassivatedError",
+    "PlacementError",
     "QueueFullError",
     "ToolError",
     "TurnFailedError",

@@ -548,3 +548,18 @@ async def test_directory_stream_reports_a_persona_lost_mid_turn(home: Path) -> N
             seen.append(item.kind)
     assert seen == ["turn_started"]  # not resent: events had already flowed
     assert [m for _, m in link.calls] == ["stream"]
+
+
+async def test_personas_are_listed_by_pages(home: Path) -> None:
+    for name in ("bo", "cy", "di"):
+        write_persona(home, name, scripted(description=f"{name}'s job"))
+    (home / "personas" / "cy" / "persona.yaml").write_text("model: [broken")
+    r, _host = router(home)
+    everyone = await r.personas()
+    assert [p.name for p in everyone] == ["ana", "bo", "di"]  # cy is invalid: left out
+    assert r.count() == 4
+    assert [p.name for p in await r.personas(0, 2)] == ["ana", "bo"]
+    # The page is over names: the invalid one makes it shorter, not shifted.
+    assert [p.name for p in await r.personas(2, 2)] == ["di"]
+    assert await r.personas(10, 5) == []
+    assert (await r.personas(1, 1))[0].description == "bo's job"

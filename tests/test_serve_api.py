@@ -148,6 +148,11 @@ def test_personas_and_describe(server: ServerState) -> None:
     listed = {p["name"]: p for p in body["personas"]}
     assert set(listed) == {"asker", "calc", "notifier", "slow"}
     assert listed["calc"]["description"] == "does sums"
+    assert body["total"] == 4 and body["offset"] == 0
+    status, page, _ = call(server, "GET", "/v1/personas?offset=1&limit=2")
+    assert [p["name"] for p in page["personas"]] == ["calc", "notifier"] and page["total"] == 4
+    status, bad, _ = call(server, "GET", "/v1/personas?limit=5000")
+    assert status == 400 and bad["error"]["field"] == "limit"
     status, body, _ = call(server, "GET", "/v1/personas/calc")
     assert status == 200 and body["model"] == {"provider": "scripted", "name": "scripted"}
     status, body, _ = call(server, "GET", "/v1/personas/nobody")

@@ -12,6 +12,7 @@ cluster; a fake in the unit tests).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -50,6 +51,19 @@ class PersonaLink(Protocol[H_contra]):
     def actor_id(self, handle: H_contra) -> str: ...
 
 
+def _died(persona: str, exc: ActorLostError, restarted: bool) -> str:
+    if restarted:
+        return (
+            f"persona {persona!r} died while handling the message ({exc}); "
+            "it has restarted — send again"
+        )
+    # Its node is gone (or full): Ray starts it again once a node can hold it.
+    return (
+        f"persona {persona!r} died while handling the message ({exc}) and has not "
+        "restarted yet (no node may be able to hold it now) — send again later"
+    )
+
+
 class Directory(Generic[H]):
     """Resolves persona names to actor handles (cached) and delivers to them."""
 
@@ -70,11 +84,14 @@ class Directory(Generic[H]):
     async def _waiting(self, make_call: Callable[[], Awaitable[Any]], what: str) -> Any:
         """``make_call()``, again with backoff while it raises ActorLostError."""
         delay, waited = 0.05, 0.0
+        began = time.monotonic()
         while True:
             try:
                 return await make_call()
             except ActorLostError as exc:
-                if waited >= self.router_wait:
+                # The calls' own time counts too: a ping of an actor with no
+                # node to run on takes its whole timeout each time.
+                if waited >= self.router_wait or time.monotonic() - began >= self.router_wait:
                     raise DeliveryError(f"{what} is unavailable: {exc}") from None
             await self._sleep(delay)
             waited += delay
@@ -122,18 +139,18 @@ class Directory(Generic[H]):
                     continue  # it exited idle, before taking the message
                 # Answer only once the restarted actor is up, so that the
                 # caller's next message finds it alive.
-                await self._await_restart(handle)
                 raise DeliveryError(
-                    f"persona {recipient!r} died while handling the message ({exc}); "
-                    "it has restarted — send again"
+                    _died(recipient, exc, await self._await_restart(handle))
                 ) from None
         raise AssertionError("unreachable")
 
-    async def _await_restart(self, handle: H) -> None:
+    async def _await_restart(self, handle: H) -> bool:
+        """Whether the persona's actor answers again within ``router_wait``."""
         try:
             await self._waiting(lambda: self.link.ping(handle), "the persona")
         except DeliveryError:
-            return  # not back in time: the caller's next send resolves it again
+            return False  # not back in time: the caller's next send resolves it again
+        return True
 
     async def ask(self, envelope: MessageEnvelope, *, timeout: float) -> ReplyEnvelope:
         """Deliver and wait for the turn's reply (``TimeoutError`` after ``timeout``)."""
@@ -174,10 +191,8 @@ class Directory(Generic[H]):
                     and await self.call_router("was_passivated", self.link.actor_id(handle))
                 ):
                     continue
-                await self._await_restart(handle)
                 raise DeliveryError(
-                    f"persona {recipient!r} died while handling the message ({exc}); "
-                    "it has restarted — send again"
+                    _died(recipient, exc, await self._await_restart(handle))
                 ) from None
 
 

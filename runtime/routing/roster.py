@@ -74,6 +74,17 @@ class Roster:
             self._descriptions[name] = (mtime, description)
         return description
 
+    def page(self, offset: int, limit: int | None) -> list[tuple[str, str]]:
+        """(name, description) of the valid personas among the names
+        ``offset`` to ``offset + limit`` (by name): only those files are read."""
+        names = self._names[offset : None if limit is None else offset + limit]
+        out: list[tuple[str, str]] = []
+        for name in names:
+            description = self.description(name)
+            if description is not None:
+                out.append((name, description))
+        return out
+
     def entries(self, limit: int | None = ROSTER_LIMIT) -> list[tuple[str, str]]:
         """(name, description) of valid personas, the first ``limit`` by name."""
         out: list[tuple[str, str]] = []

@@ -211,13 +211,19 @@ class Router(Generic[H]):
 
     # -- listing and lifecycle ---------------------------------------------
 
-    async def personas(self) -> list[PersonaInfo]:
-        """Every persona: name, description, whether its actor is active."""
+    async def personas(self, offset: int = 0, limit: int | None = None) -> list[PersonaInfo]:
+        """The personas by name — all, or the page ``offset``, ``limit`` of
+        them (only its files are read): name, description, whether active.
+        Invalid persona files are left out, so a page may be shorter."""
         self.roster.refresh()
         # Reading thousands of persona files takes seconds: not on the loop,
         # which must keep resolving and passivating meanwhile.
-        entries = await asyncio.to_thread(self.roster.entries, None)
+        entries = await asyncio.to_thread(self.roster.page, max(0, offset), limit)
         return [PersonaInfo(name=n, description=d, active=n in self._actors) for n, d in entries]
+
+    def count(self) -> int:
+        """How many persona directories the home holds (valid or not)."""
+        return len(self.roster.names)
 
     async def status(self, timeout: float = STATS_TIMEOUT) -> RouterStatus:
         """What runs: each active persona's activity (those that answer within

@@ -34,7 +34,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.config import ServeSettings, load_persona_dir
+from runtime.config import ServeSettings, load_persona_dir, persona_names
 from runtime.connectors.mailbox import MailboxConnector
 from runtime.errors import CoterieError
 from runtime.messages import MessageEnvelope, Origin, StreamItem
@@ -58,6 +58,8 @@ from runtime.serve.http import (
 )
 
 STATIC = Path(__file__).parent / "static"
+#: Personas listed per page of ``GET /v1/personas`` (and at most).
+PERSONA_PAGE = 1000
 #: Stream items a client never needs (the envelope it sent).
 QUIET_KINDS = frozenset({"envelope"})
 
@@ -104,16 +106,40 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(data)
 
 
+def _int_query(request: web.Request, name: str, default: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 0 <= int(raw) <= high:
+        raise ApiError(400, "invalid_query", f"{name} must be a whole number 0-{high}", name)
+    return int(raw)
+
+
 async def list_personas(request: web.Request) -> web.Response:
-    infos = await backend(request).personas_async()
-    return web.json_response({"personas": [i.model_dump() for i in infos]})
+    """A page of the roster (``offset``, ``limit``: at most 1,000 at a time)."""
+    offset = _int_query(request, "offset", 0, 10**9)
+    limit = _int_query(request, "limit", PERSONA_PAGE, PERSONA_PAGE)
+    door = backend(request)
+    infos = await door.personas_async(offset, limit)
+    total = await door.persona_count_async()
+    return web.json_response(
+        {
+            "personas": [i.model_dump() for i in infos],
+            "offset": offset,
+            "limit": limit,
+            "total": total,
+        }
+    )
 
 
 async def describe_persona(request: web.Request) -> web.Response:
     name = known_persona(request)
     persona = load_persona_dir(request.app[STATE].home / "personas" / name, name)
     cfg = persona.config
-    active = {i.name: i.active for i in await backend(request).personas_async()}
+    page = await backend(request).personas_async(
+        persona_names(request.app[STATE].home).index(name), 1
+    )
+    active = {i.name: i.active for i in page}
     return web.json_response(
         {
             "name": name,

@@ -19,7 +19,11 @@ from runtime.routing.router import PersonaInfo
 class FrontDoor(Protocol):
     """A running runtime, as ``coterie serve`` uses it."""
 
-    async def personas_async(self) -> list[PersonaInfo]: ...
+    async def personas_async(
+        self, offset: int = 0, limit: int | None = None
+    ) -> list[PersonaInfo]: ...
+
+    async def persona_count_async(self) -> int: ...
 
     async def deliver_async(
         self, envelope: MessageEnvelope, *, timeout: float

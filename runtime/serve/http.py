@@ -23,6 +23,7 @@ from runtime.errors import (
     AuditQueryError,
     CoterieError,
     PersonaConfigError,
+    PlacementError,
     QueueFullError,
     UnknownPersonaError,
 )
@@ -61,6 +62,8 @@ def error_for(exc: CoterieError) -> ApiError:
         return ApiError(409, "queue_full", str(exc))
     if isinstance(exc, AuditQueryError):
         return ApiError(400, "invalid_query", str(exc), "sql")
+    if isinstance(exc, PlacementError):
+        return ApiError(503, "placement", str(exc))
     if isinstance(exc, PersonaConfigError):
         return ApiError(500, "persona_config", str(exc))
     return ApiError(502, "runtime_error", str(exc))
