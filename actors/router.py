@@ -109,8 +109,12 @@ class RayPersonaHost:
             roster=roster,
             settings=self.settings,
         )
+        # Bounded only when pinned: an unpinned persona fits any node, so a slow
+        # start is load (a hundred starting at once), not a placement no node
+        # has room for.
+        limit = placement.start_timeout if placement.pinned else None
         try:
-            await asyncio.wait_for(remote(handle.ping.remote()), placement.start_timeout)
+            await asyncio.wait_for(remote(handle.ping.remote()), limit)
         except TimeoutError:
             # Still pending (its nodes are full): stop it, so that the next
             # message places it anew, with the persona's placement as it is then.

@@ -64,7 +64,7 @@ from benchmarks.personas import (  # noqa: E402
 )
 from coterie import Runtime  # noqa: E402
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 class BareActor:

@@ -216,7 +216,8 @@ class Placement(_Strict):
         gt=0,
         le=3600,
         description="seconds the actor may take to start (a matching node that is full "
-        "leaves it pending)",
+        "leaves it pending); a persona's start is bounded only when it asks for resources "
+        "or labels (else a slow start is load, not placement)",
     )
 
     @field_validator("resources")
