@@ -28,6 +28,10 @@ from runtime.connectors.telegram import TelegramSettings
 from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
 from runtime.messages import TurnContextKind
 
+#: PyYAML's safe loader, in C when libyaml is there (several times faster:
+#: listing 10,000 personas reads 10,000 files).
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 PERSONA_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
@@ -461,7 +465,7 @@ def load_persona_dir(path: Path, name: str | None = None) -> Persona:
     if not yaml_path.is_file():
         raise PersonaConfigError(str(yaml_path), ["file not found"])
     try:
-        raw = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+        raw = yaml.load(yaml_path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise PersonaConfigError(str(yaml_path), [f"not valid YAML: {exc}"]) from None
     if not isinstance(raw, dict):
