@@ -81,15 +81,20 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments for ``messages.create``."""
+        # The history and the tool schemas go in the body as they are (already
+        # wire-ready): as typed params the SDK walks and copies them on every
+        # call. ``messages=[]`` only satisfies the signature (the body wins).
+        body: dict[str, Any] = {"messages": history_to_wire(request.messages)}
         params: dict[str, Any] = {
             "model": self.config.name,
-            "messages": history_to_wire(request.messages),
+            "messages": [],
             "max_tokens": request.max_tokens,
+            "extra_body": body,
         }
         if request.system:
             params["system"] = request.system
         if request.tools:
-            params["tools"] = [
+            body["tools"] = [
                 {
                     "name": tool.name,
                     "description": tool.description,
