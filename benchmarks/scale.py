@@ -8,7 +8,9 @@ own process (1 s latency), and:
    beside the floor: as many bare async Ray actors (``num_cpus=0``), each
    making ``--turns / --personas`` concurrent calls awaiting the same server's
    1 s reply through an aiohttp session. Both warm (connections open), best of
-   ``--rounds``; target ≤ 1.5× the floor;
+   ``--rounds``; the floor runs first and its actors are gone before the
+   personas start, so idle processes of one side never slow the other;
+   target ≤ 1.5× the floor;
 2. **cold start**: activating the personas with one turn each, all at once,
    beside starting as many bare actors (each answering one call); target ≤ 1.5×;
 3. **memory**: USS of an active persona (OpenAI SDK loaded, after the bursts)
@@ -211,22 +213,28 @@ def measure(
         "audit": {actor_pid("AuditLogActor")},
         "model server": {srv.pid},
     }
-    # Cold starts, the floor first.
+    # The floor first, alone: its actors are gone before the personas start,
+    # so neither side's idle processes slow the other's (on 2 cores, 100 idle
+    # Ray workers cost ~0.4 cores).
     with console.status(f"starting {n} bare actors"):
         bare_start, actors = start_bare(n, url)
+    bare_pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
+    floors: list[dict[str, Any]] = []
+    for _ in range(args.rounds):
+        with console.status("floor burst"):
+            floors.append(bare_burst(actors, per, {**roles, "bare actors": bare_pids}))
+    bare_uss = statistics.mean(uss_mib(p) for p in bare_pids)
+    for actor in actors:
+        ray.kill(actor)
+    time.sleep(2.0)  # let their processes go
     with console.status(f"activating {n} personas (one turn each)"):
         cold, failed = warm_up(rt, names)
     rows.compare(f"cold start: {n} personas, first turn each", cold, bare_start, "s", 1.5)
     if failed:
         rows.add(f"  first-try failures of the cold start: {len(failed)}", failed[0][1][:60])
-    # Bursts, interleaved, best of --rounds each.
     roles["personas"] = persona_pids(rt, names)
-    bare_pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
     ours: list[dict[str, Any]] = []
-    floors: list[dict[str, Any]] = []
     for _ in range(args.rounds):
-        with console.status("floor burst"):
-            floors.append(bare_burst(actors, per, {**roles, "bare actors": bare_pids}))
         with console.status("coterie burst"):
             ours.append(burst(rt, srv, names, n * per, roles))
     best = min(ours, key=lambda r: r["wall"])
@@ -252,15 +260,12 @@ def measure(
     # Memory.
     stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
     uss = statistics.mean(uss_mib(int(s["pid"])) for s in stats)
-    bare_uss = statistics.mean(uss_mib(p) for p in bare_pids)
     rows.compare("USS per active persona (openai SDK loaded)", uss, bare_uss, "MiB", 75 / 58)
     rows.add(
         "  router / audit actor USS",
         f"{uss_mib(next(iter(roles['router']))):.1f} / "
         f"{uss_mib(next(iter(roles['audit']))):.1f} MiB",
     )
-    for actor in actors:
-        ray.kill(actor)
 
 
 def registered(home: Path, n: int, rows: Rows) -> None:
