@@ -340,10 +340,9 @@ def model_names(n: int) -> list[str]:
     return [f"model-{i:03d}" for i in range(n)]
 
 
-def write_main_home(home: Path, args: argparse.Namespace, base_url: str) -> None:
-    for name in scripted_names(args.tp_personas):
-        write_persona(home, name, SCRIPTED)
-    body = {
+def openai_persona(base_url: str) -> dict[str, Any]:
+    """A persona.yaml body answering through the fake OpenAI server."""
+    return {
         "description": "Answers through the fake OpenAI server.",
         "model": {
             "provider": "openai",
@@ -356,8 +355,13 @@ def write_main_home(home: Path, args: argparse.Namespace, base_url: str) -> None
             "max_retries": 0,
         },
     }
+
+
+def write_main_home(home: Path, args: argparse.Namespace, base_url: str) -> None:
+    for name in scripted_names(args.tp_personas):
+        write_persona(home, name, SCRIPTED)
     for name in model_names(args.personas):
-        write_persona(home, name, body)
+        write_persona(home, name, openai_persona(base_url))
 
 
 # -- 1. sequential round trips --------------------------------------------------

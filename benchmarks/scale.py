@@ -59,6 +59,7 @@ from benchmarks.personas import (  # noqa: E402
     cpu_text,
     handles_for,
     model_names,
+    openai_persona,
     persona_pids,
     uss_mib,
     warm_up,
@@ -116,21 +117,9 @@ def bare_burst(actors: list[Any], per_actor: int, roles: dict[str, set[int]]) ->
 
 
 def write_home(home: Path, personas: int, base_url: str) -> list[str]:
-    body = {
-        "description": "Answers through the fake OpenAI server.",
-        "model": {
-            "provider": "openai",
-            "name": "fake-model",
-            "base_url": base_url,
-            "api_key_env": KEY_ENV,
-            "max_tokens": 64,
-            "timeout": 60,
-            "max_retries": 0,
-        },
-    }
     names = model_names(personas)
     for name in names:
-        write_persona(home, name, body)
+        write_persona(home, name, openai_persona(base_url))
     return names
 
 

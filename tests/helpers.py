@@ -37,3 +37,23 @@ def scripted(
     if latency_ms:
         model["latency_ms"] = latency_ms
     return {"model": model, **extra}
+
+
+def asker(description: str = "asks back") -> dict[str, Any]:
+    """A scripted persona that asks "Which city?" (Paris, Oslo) about a trip
+    and otherwise echoes its input as ``you said: …``."""
+    return scripted(
+        [
+            {
+                "when": {"contains": "trip"},
+                "tool_calls": [
+                    {
+                        "name": "ask_user",
+                        "arguments": {"question": "Which city?", "buttons": ["Paris", "Oslo"]},
+                    }
+                ],
+            },
+            {"when": {}, "text": "you said: {input}"},
+        ],
+        description=description,
+    )

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from coterie.client import ServerClient, ServerState
-from tests.helpers import scripted, write_persona
+from tests.helpers import asker, scripted, write_persona
 from tests.serving import running_server
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
@@ -40,25 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerState]:
     home = tmp_path_factory.mktemp("serve-home")
     CALC["model"]["stream_chunk_chars"] = 4
     write_persona(home, "calc", CALC)
-    write_persona(
-        home,
-        "asker",
-        scripted(
-            [
-                {
-                    "when": {"contains": "trip"},
-                    "tool_calls": [
-                        {
-                            "name": "ask_user",
-                            "arguments": {"question": "Which city?", "buttons": ["Paris", "Oslo"]},
-                        }
-                    ],
-                },
-                {"when": {}, "text": "you said: {input}"},
-            ],
-            description="asks back",
-        ),
-    )
+    write_persona(home, "asker", asker())
     write_persona(
         home,
         "notifier",

@@ -17,7 +17,7 @@ import pytest
 
 from coterie.client import ServerClient, find_server, read_state
 from runtime.audit import read_only_query
-from tests.helpers import scripted, write_persona
+from tests.helpers import asker, scripted, write_persona
 from tests.test_cli import ROOT, coterie
 
 CALC = scripted(
@@ -47,25 +47,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("served-home")
     write_persona(home, "calc", CALC)
-    write_persona(
-        home,
-        "asker",
-        scripted(
-            [
-                {
-                    "when": {"contains": "trip"},
-                    "tool_calls": [
-                        {
-                            "name": "ask_user",
-                            "arguments": {"question": "Which city?", "buttons": ["Paris", "Oslo"]},
-                        }
-                    ],
-                },
-                {"when": {}, "text": "you said: {input}"},
-            ],
-            description="asks back",
-        ),
-    )
+    write_persona(home, "asker", asker())
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "coterie", "--home", str(home), "serve", "--port", "0"],
