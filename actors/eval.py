@@ -26,6 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors._ray import audit_buffer_for, audit_name, memory_backend, memory_name, remote
 from runtime.config import RuntimeSettings
+from runtime.eval.plan import RunPlan
 from runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
 from runtime.memory import MemoryClient
 from tools import builtin_registry
@@ -116,29 +117,20 @@ class RayExecutor:
         ).remote(self._solvers, **self._args)
 
     @classmethod
-    def for_runtime(
-        cls,
-        solvers: dict[str, SolverSetup],
-        *,
-        runtime_id: str,
-        namespace: str,
-        settings: RuntimeSettings,
-        max_connections: int,
-        max_samples: int,
-        workers: int | None = None,
-    ) -> RayExecutor:
-        """Workers for a runtime's eval run: ``workers``, or two per alive
-        node (no more than ``max_samples``), using its audit and memory actors."""
+    def for_runtime(cls, plan: RunPlan, rt: Any, *, workers: int | None = None) -> RayExecutor:
+        """Workers for ``plan`` on a runtime (``coterie.Runtime``: its id,
+        namespace and settings): ``workers``, or two per alive node (no more
+        than the task's ``max_samples``), using its audit and memory actors."""
         alive = sum(1 for n in ray.nodes() if n.get("Alive"))
-        count = workers or max(1, min(2 * alive, max_samples))
+        count = workers or max(1, min(2 * alive, plan.task.max_samples))
         return cls(
-            solvers,
+            plan.solvers,
             workers=count,
-            audit_actor=audit_name(runtime_id),
-            memory_actor=memory_name(runtime_id),
-            namespace=namespace,
-            settings=settings,
-            max_connections=max_connections,
+            audit_actor=audit_name(rt.id),
+            memory_actor=memory_name(rt.id),
+            namespace=rt.namespace,
+            settings=rt.settings,
+            max_connections=plan.task.max_connections,
         )
 
     @property

@@ -118,15 +118,7 @@ def coterie_run(rt: Runtime, task: Path, workers: int) -> dict[str, float]:
     store = open_store(rt.home)
     try:
         plan = plan_run(task, rt.home, store, RunOptions())
-        executor = RayExecutor.for_runtime(
-            plan.solvers,
-            runtime_id=rt.id,
-            namespace=rt.namespace,
-            settings=rt.settings,
-            max_connections=plan.task.max_connections,
-            max_samples=plan.task.max_samples,
-            workers=workers,
-        )
+        executor = RayExecutor.for_runtime(plan, rt, workers=workers)
         asyncio.run(executor.nodes())  # the workers are up before the clock starts
 
         async def go() -> tuple[Any, float]:

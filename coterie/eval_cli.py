@@ -123,15 +123,7 @@ def _describe(p: Progress) -> str:
 async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore) -> Progress:
     from actors.eval import RayExecutor
 
-    executor = RayExecutor.for_runtime(
-        plan.solvers,
-        runtime_id=rt.id,
-        namespace=rt.namespace,
-        settings=rt.settings,
-        max_connections=plan.task.max_connections,
-        max_samples=plan.task.max_samples,
-        workers=workers,
-    )
+    executor = RayExecutor.for_runtime(plan, rt, workers=workers)
     placed = await executor.nodes()
     console.print(f"{executor.size} eval workers on {len(set(placed))} node(s)")
     columns = (

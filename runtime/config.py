@@ -488,10 +488,17 @@ def persona_names(home: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "persona.yaml").is_file())
 
 
+def persona_exists(home: Path, name: str) -> bool:
+    """Whether ``name`` is a persona of ``home`` (one stat, no listing)."""
+    return (
+        bool(PERSONA_NAME_RE.match(name)) and (home / "personas" / name / "persona.yaml").is_file()
+    )
+
+
 def load_persona(home: Path, name: str) -> Persona:
     """Load ``<home>/personas/<name>``; unknown names raise with the roster."""
     path = home / "personas" / name
-    if not PERSONA_NAME_RE.match(name) or not (path / "persona.yaml").is_file():
+    if not persona_exists(home, name):
         raise UnknownPersonaError(name, persona_names(home))
     return load_persona_dir(path, name)
 
@@ -539,6 +546,7 @@ __all__ = [
     "load_persona",
     "load_persona_dir",
     "load_settings",
+    "persona_exists",
     "persona_names",
     "resolve_home",
     "runtime_timezone",

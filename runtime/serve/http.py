@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from runtime.config import ServeSettings, persona_names
+from runtime.config import ServeSettings, persona_exists, persona_names
 from runtime.connectors.mailbox import MailboxConnector
 from runtime.errors import (
     AuditQueryError,
@@ -152,9 +152,12 @@ def known_persona(request: web.Request) -> str:
 
 
 def known_persona_name(request: web.Request, name: str, *, field: str | None = None) -> str:
-    names = persona_names(request.app[STATE].home)
-    if name not in names:
-        raise ApiError(404, "unknown_persona", str(UnknownPersonaError(name, names)), field)
+    """``name``, or a 404 naming the personas there are (listed only then:
+    every message passes here, and a home may hold thousands)."""
+    home = request.app[STATE].home
+    if not persona_exists(home, name):
+        error = UnknownPersonaError(name, persona_names(home))
+        raise ApiError(404, "unknown_persona", str(error), field)
     return name
 
 
