@@ -161,10 +161,15 @@ class ModelResponse(_Model):
 # --------------------------------------------------------------------------
 
 
+#: The origin of a message that came through the API (the Python API, HTTP),
+#: not through a connector: its reply is the answer, there is nowhere else to send.
+API_ORIGIN = "api"
+
+
 class Origin(_Model):
     """Where a message came from and where its answer should go."""
 
-    connector: str = "api"
+    connector: str = API_ORIGIN
     destination: str | None = None
 
 
@@ -429,6 +434,7 @@ StreamItem = Annotated[
 stream_item_adapter: TypeAdapter[StreamItem] = TypeAdapter(StreamItem)
 
 __all__ = [
+    "API_ORIGIN",
     "AssistantMessage",
     "ChatMessage",
     "ConversationRecord",

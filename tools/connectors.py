@@ -18,14 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.connectors.base import OutboundMessage
 from runtime.context import EndTask, TurnContext
 from runtime.errors import ConnectorError, ToolError, UnknownConnectorError
-from runtime.messages import Question, now
+from runtime.messages import API_ORIGIN, Question, now
 from runtime.services import DeliveryService
 from runtime.tool import tool
 
 MAX_TEXT = 20_000
 MAX_BUTTONS = 10
-#: A connector id the API uses for turns that came from no connector.
-NO_CONNECTOR = "api"
 
 
 def _deliveries(ctx: TurnContext) -> DeliveryService:
@@ -85,7 +83,7 @@ async def reply_to_origin(args: ReplyToOriginArgs, ctx: TurnContext) -> str:
     the web session) before the turn ends — e.g. to say a long task has
     started. At most once per turn; the final reply still goes there as usual."""
     origin = ctx.origin
-    if origin.connector == NO_CONNECTOR or not origin.destination:
+    if origin.connector == API_ORIGIN or not origin.destination:
         raise ToolError(
             "no_origin",
             f"this turn's message came through the {origin.connector!r} interface, not a "

@@ -64,8 +64,6 @@ class ConnectorManager:
         self.default_persona = default_persona
         self.ask_timeout = ask_timeout
         self._tasks: list[asyncio.Task[None]] = []
-        self.sent = 0
-        self.failed = 0
 
     async def start(self) -> None:
         await self.backend.connectors_register_async([info(c) for c in self.connectors.values()])
@@ -106,9 +104,7 @@ class ConnectorManager:
     async def send(self, connector: Connector, message: OutboundMessage) -> None:
         try:
             await connector.send(message)
-            self.sent += 1
         except CoterieError as exc:
-            self.failed += 1
             log.warning("%s could not deliver %s: %s", connector.id, message.id, exc)
 
     async def _inbound(self, connector: Connector) -> None:
