@@ -27,6 +27,7 @@ from actors._ray import (
     remote,
 )
 from actors.coding_agent import RayCodingAgents
+from actors.mcp import RayMcpClients
 from actors.shell import ShellProcesses
 from actors.subagent import RaySubagents
 from runtime.config import RuntimeSettings, load_persona
@@ -102,6 +103,10 @@ class PersonaActor:
             ),
             # One CodingAgent actor per delegation, likewise.
             coding_agents=RayCodingAgents(audit_actor=audit_actor, namespace=namespace),
+            # One McpServer actor per server, on this node; shared ones from the router.
+            mcp_clients=RayMcpClients(
+                lambda launch: self.directory.call_router("mcp_shared", launch.model_dump_json())
+            ),
         )
         self.runtime.services.deliveries = RouterDeliveries(self.directory)
         self.watcher: IdleWatcher | None = None
@@ -184,7 +189,7 @@ class PersonaActor:
             "persona": self.runtime.name,
             "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
-            "sdks_loaded": sorted(m for m in ("openai", "anthropic") if m in sys.modules),
+            "sdks_loaded": sorted(m for m in ("openai", "anthropic", "mcp") if m in sys.modules),
             "turns": self.runtime.turns_run,
             "busy": self.runtime.busy(),
             "idle_for": self.runtime.idle_for(),

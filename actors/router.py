@@ -17,10 +17,12 @@ from typing import Any
 import ray
 
 from actors._ray import actor_id, persona_actor_name, remote
+from actors.mcp import new_server_actor
 from actors.persona import PersonaActorRemote
 from runtime.config import Placement, RuntimeSettings, load_persona
 from runtime.connectors import ConnectorInfo, OutboundMessage
 from runtime.errors import PlacementError
+from runtime.mcp.records import McpLaunch
 from runtime.messages import PersonaStats
 from runtime.routing import PersonaInfo, Router, RouterStatus
 from runtime.routing.placement import check_placement, start_timeout_message
@@ -189,6 +191,7 @@ class RouterActor:
         # After a restart the persona actors are still running: take them on,
         # so that flushing, passivating and stopping reach them.
         self.router.adopt(self.host.named_personas())
+        self._mcp_shared: dict[str, tuple[McpLaunch, Any]] = {}
 
     async def resolve(self, name: str) -> Any:
         """The actor handle of persona ``name``, activating it if needed."""
@@ -247,6 +250,22 @@ class RouterActor:
 
     async def connector_take(self, connector_id: str, wait: float) -> list[OutboundMessage]:
         return await self.router.outbox.take(connector_id, wait)
+
+    # -- MCP servers every persona shares (shared: true in <home>/mcp.json) --
+
+    async def mcp_shared(self, launch: str) -> Any:
+        """The McpServer actor of a shared server (``launch``: its McpLaunch as
+        JSON), started on first use and owned by the router. An entry whose
+        configuration changed gets a new actor; the old one is stopped."""
+        parsed = McpLaunch.model_validate_json(launch)
+        current = self._mcp_shared.get(parsed.name)
+        if current is not None and current[0] == parsed:
+            return current[1]
+        if current is not None:
+            ray.kill(current[1])
+        handle = new_server_actor(parsed)
+        self._mcp_shared[parsed.name] = (parsed, handle)
+        return handle
 
     async def ping(self) -> str:
         return self.runtime_id

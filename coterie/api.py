@@ -29,6 +29,7 @@ from actors._ray import (
     NAMESPACE,
     RayPersonaLink,
     audit_name,
+    memory_backend,
     memory_name,
     read,
     remote,
@@ -45,9 +46,16 @@ from actors.router import (
     placement_options,
 )
 from runtime.audit import QueryResult
-from runtime.config import RuntimeSettings, load_settings, resolve_home
+from runtime.config import (
+    RuntimeSettings,
+    load_settings,
+    persona_exists,
+    persona_names,
+    resolve_home,
+)
 from runtime.connectors import ConnectorInfo, OutboundMessage
-from runtime.errors import ActorLostError, CoterieError, DeliveryError
+from runtime.errors import ActorLostError, CoterieError, DeliveryError, UnknownPersonaError
+from runtime.memory import MemoryClient, RecallHit
 from runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
 from runtime.routing import Directory, PersonaInfo, RouterStatus
 
@@ -430,11 +438,25 @@ class Runtime:
             self.ask_async(persona, text, conversation_id=conversation_id, timeout=timeout)
         )
 
+    async def post_async(self, envelope: MessageEnvelope) -> None:
+        """Deliver ``envelope`` without waiting for its turn (``asyncio``).
+
+        Unknown personas and broken persona files raise, as for
+        :meth:`ask_async`; whoever set ``envelope.reply_mode`` decides who
+        hears the reply (``"none"``: nobody, it stays in the conversation).
+        """
+        try:
+            await self.directory.post(envelope)
+        except ray.exceptions.RayError as exc:
+            raise DeliveryError(
+                f"could not deliver to {envelope.recipient!r}: {unwrap(exc)}"
+            ) from None
+
     def send(self, persona: str, text: str, *, conversation_id: str | None = None) -> None:
         """Queue ``text`` for the persona without waiting for its turn."""
         envelope = self.envelope(persona, text, conversation_id=conversation_id)
         envelope.reply_mode = "none"
-        self._run(self.directory.post(envelope))
+        self._run(self.post_async(envelope))
 
     async def wait_settled_async(
         self, persona: str, conversation_id: str, *, timeout: float = DEFAULT_ASK_TIMEOUT
@@ -477,6 +499,27 @@ class Runtime:
         """How many personas the home holds."""
         count: int = await self.directory.call_router("count")
         return count
+
+    # -- memory ----------------------------------------------------------
+
+    async def recall_async(
+        self, persona: str, query: str = "", *, limit: int = 8
+    ) -> list[RecallHit]:
+        """The persona's long-term memory hits for ``query``, best first: what
+        its own ``recall`` tool would find (memories and ingested knowledge).
+        An empty query lists its most important and recent memories.
+
+        Unknown personas raise :class:`UnknownPersonaError`; the persona's
+        actor is not started for this (the memory store answers).
+        """
+        if not await asyncio.to_thread(persona_exists, self.home, persona):
+            raise UnknownPersonaError(persona, await asyncio.to_thread(persona_names, self.home))
+        client = MemoryClient(memory_backend(self.memory), persona)
+        return await client.recall(query=query, limit=limit)
+
+    def recall(self, persona: str, query: str = "", *, limit: int = 8) -> list[RecallHit]:
+        """See :meth:`recall_async`."""
+        return self._run(self.recall_async(persona, query, limit=limit))
 
     # -- audit -----------------------------------------------------------
 

@@ -250,6 +250,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run_serve(args.home, host=args.host, port=args.port, address=args.address)
 
 
+def cmd_mcp_serve(args: argparse.Namespace) -> int:
+    if args.host is not None and args.http is None:
+        _print_error("--host needs --http PORT (stdio binds nothing)")
+        return 2
+    if args.http is not None and not 0 <= args.http <= 65535:
+        _print_error(f"--http {args.http}: a port is 0-65535 (0: any free one)")
+        return 2
+    from coterie.mcp_serve import run_mcp_serve  # imports the MCP SDK
+
+    return run_mcp_serve(
+        resolve_home(args.home),
+        address=args.address,
+        http_port=args.http,
+        host=args.host or "127.0.0.1",
+        allow_recall=args.allow_recall,
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
     server = find_server(home)
@@ -330,6 +348,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="address to bind (default serve.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default serve.port, 8765; 0: any free)")
 
+    p = sub.add_parser(
+        "mcp-serve",
+        help="serve the personas to editors and agents over MCP (stdio by default)",
+        description="Serve the personas over the Model Context Protocol: through the running "
+        "coterie serve of the home if there is one, else with a runtime of its own.",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="MCP on stdin/stdout (the default)")
+    mode.add_argument(
+        "--http",
+        type=int,
+        metavar="PORT",
+        help="MCP over streamable HTTP on PORT, path /mcp (0: any free port)",
+    )
+    p.add_argument("--host", help="address --http binds (default 127.0.0.1; no auth: keep local)")
+    p.add_argument(
+        "--allow-recall",
+        action="store_true",
+        help="offer the recall tool too (it reads the personas' long-term memories)",
+    )
+    # Also after the subcommand, where an editor's "args" list puts them.
+    p.add_argument(
+        "--home",
+        default=argparse.SUPPRESS,
+        help="runtime home (default $COTERIE_HOME or ~/.coterie)",
+    )
+    p.add_argument(
+        "--address",
+        default=argparse.SUPPRESS,
+        help="join this Ray cluster rather than go through a running coterie serve",
+    )
+
     p = sub.add_parser("status", help="what a running coterie serve runs")
     p.add_argument("--json", action="store_true", help="print the whole status as JSON")
     p.add_argument(
@@ -348,6 +398,7 @@ COMMANDS = {
     "audit": cmd_audit,
     "eval": eval_cli.cmd_eval,
     "serve": cmd_serve,
+    "mcp-serve": cmd_mcp_serve,
     "status": cmd_status,
 }
 

@@ -284,6 +284,8 @@ class PersonaConfig(_Strict):
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
     coding_agents: CodingAgentSettings = Field(default_factory=CodingAgentSettings)
     placement: Placement = Field(default_factory=lambda: Placement())
+    # One `mcp` tool for every MCP server instead of each server's tools.
+    mcp_gateway: bool = False
 
     @field_validator("thinking", mode="before")
     @classmethod

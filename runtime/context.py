@@ -36,6 +36,7 @@ from runtime.services import (
     AuditSink,
     DelegationService,
     DeliveryService,
+    McpService,
     MemoryService,
     Messenger,
     NullAudit,
@@ -122,6 +123,8 @@ class Services:
     processes: ProcessService | None = None
     delegations: DelegationService | None = None
     deliveries: DeliveryService | None = None
+    # The persona's MCP servers (runtime.mcp.McpHub), when it has any.
+    mcp: McpService | None = None
     background: BackgroundTasks = field(default_factory=BackgroundTasks)
     file_locks: KeyedLocks = field(default_factory=KeyedLocks)
 

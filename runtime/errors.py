@@ -97,6 +97,12 @@ ErrorKind = Literal[
     "no_origin",
     "already_replied",
     "connector_failed",
+    # MCP servers: not started (or failed to), died mid-call, answered with an
+    # error of its own (``isError``), or broke the protocol
+    "server_unavailable",
+    "server_crashed",
+    "tool_error",
+    "mcp_error",
     # audit rows only: a failed model call, a turn that failed or errored
     "model_error",
     "turn_error",

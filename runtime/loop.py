@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from runtime.context import BACKGROUND_CONTEXTS, TurnContext
@@ -41,7 +42,7 @@ from runtime.messages import (
 )
 from runtime.models.base import Model, StreamingModel
 from runtime.runner import ToolOutcome, ToolRunner, error_result
-from runtime.tool import ToolRegistry, ToolSpec
+from runtime.tool import ToolRegistry, ToolSource, ToolSpec
 
 STEP_LIMIT_NOTE = (
     "[harness] The step limit of this turn ({max_steps} model calls) is reached. "
@@ -120,12 +121,22 @@ class TurnLoop:
         runner: ToolRunner | None = None,
         max_steps: int = 12,
         max_tokens: int = 4096,
+        sources: Sequence[ToolSource] = (),
     ) -> None:
         self.model = model
         self.registry = registry
         self.runner = runner or ToolRunner()
         self.max_steps = max_steps
         self.max_tokens = max_tokens
+        # Tools that come and go (MCP servers'): refreshed before every model call.
+        self.sources = list(sources)
+
+    async def _source_specs(self) -> list[ToolSpec]:
+        specs: list[ToolSpec] = []
+        for source in self.sources:
+            await source.refresh()
+            specs.extend(source.specs())
+        return specs
 
     async def run(self, ctx: TurnContext, *, system: str) -> TurnResult:
         """Run one turn on ``ctx.conversation`` (its new input already appended)."""
@@ -144,7 +155,7 @@ class TurnLoop:
                 reply = await self._call(ctx, system, result, {}, ToolChoiceNone())
                 result.text = reply.text or last_text
                 return result
-            tools = self.registry.visible(ctx)
+            tools = self.registry.visible(ctx, await self._source_specs())
             reply = await self._call(ctx, system, result, tools, ToolChoiceAuto())
             if reply.text:
                 last_text = reply.text

@@ -43,6 +43,8 @@ from runtime.delegation.coding import LocalCodingAgents
 from runtime.delegation.records import CodingAgentLauncher, CodingSetup
 from runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
 from runtime.loop import TurnLoop, TurnResult
+from runtime.mcp.hub import ClientFactory, McpHub, local_clients
+from runtime.mcp.source import McpToolSource
 from runtime.memory.records import UserModelRow
 from runtime.messages import (
     AssistantMessage,
@@ -212,6 +214,7 @@ class PersonaRuntime:
         cluster_addresses: frozenset[str] = frozenset(),
         subagents: SubagentLauncher | None = None,
         coding_agents: CodingAgentLauncher | None = None,
+        mcp_clients: ClientFactory | None = None,
     ) -> None:
         self.persona = persona
         self.model = model
@@ -256,6 +259,18 @@ class PersonaRuntime:
             # Outside every persona's directory: agents' stderr stays unreadable to tools.
             logs=home / "logs" / "acp" / persona.name,
         )
+        # MCP servers (mcp.json): sessions start on the first turn, in this
+        # process unless ``mcp_clients`` puts them elsewhere (their own actors).
+        self.mcp = McpHub(
+            persona=persona.name,
+            home=home,
+            persona_dir=persona.path,
+            workspace=persona.workspace,
+            factory=mcp_clients or local_clients,
+            gateway=cfg.mcp_gateway,
+            logs=home / "logs" / "mcp",
+        )
+        self.services.mcp = self.mcp
         self.roster = list(roster)
         self.history_loader = history_loader
         self.cluster_addresses = cluster_addresses
@@ -272,6 +287,7 @@ class PersonaRuntime:
             runner=ToolRunner(output_cap=cfg.output_cap, timeout=cfg.tool_timeout),
             max_steps=cfg.max_steps,
             max_tokens=cfg.model.max_tokens,
+            sources=[McpToolSource(self.mcp)],
         )
         # Least recently used first: idle ones beyond max_conversations go.
         self._slots: OrderedDict[str, _ConversationSlot] = OrderedDict()
@@ -717,6 +733,7 @@ class PersonaRuntime:
         background tasks, shell processes), flush the audit sink and close the model."""
         self.closing = True
         await self.delegations.aclose()
+        await self.mcp.aclose()
         await self.services.background.aclose()
         if self.processes is not None:
             await self.processes.close()

@@ -13,7 +13,7 @@ problems the model should read raise :class:`~runtime.errors.ToolError`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.config import AccessLevel
 from runtime.connectors.base import ConnectorInfo, OutboundMessage
@@ -22,6 +22,14 @@ from runtime.messages import MessageEnvelope, ReplyEnvelope, TurnEvent
 from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
 
 if TYPE_CHECKING:
+    from runtime.mcp.hub import ServerView
+    from runtime.mcp.records import (
+        McpCallResult,
+        McpContent,
+        McpPromptInfo,
+        McpPromptResult,
+        McpResourceInfo,
+    )
     from runtime.shell.sandbox import Sandbox
 
 
@@ -180,9 +188,39 @@ class DelegationService(Protocol):
         ...
 
 
+class McpService(Protocol):
+    """A persona's MCP servers (:class:`runtime.mcp.hub.McpHub`).
+
+    Calls raise :class:`~runtime.errors.ToolError`: ``not_found`` for an
+    unknown server, ``server_unavailable`` for one that is down, ``timeout``,
+    ``server_crashed``, ``mcp_error`` from the session.
+    """
+
+    gateway: bool
+
+    def servers(self) -> list[ServerView]: ...
+
+    def has_resources(self) -> bool: ...
+
+    def has_prompts(self) -> bool: ...
+
+    async def call(self, server: str, tool: str, arguments: dict[str, Any]) -> McpCallResult: ...
+
+    async def list_resources(self, server: str) -> list[McpResourceInfo]: ...
+
+    async def read_resource(self, server: str, uri: str) -> list[McpContent]: ...
+
+    async def list_prompts(self, server: str) -> list[McpPromptInfo]: ...
+
+    async def get_prompt(
+        self, server: str, name: str, arguments: dict[str, str]
+    ) -> McpPromptResult: ...
+
+
 __all__ = [
     "AuditSink",
     "DelegationService",
+    "McpService",
     "MemoryService",
     "Messenger",
     "NullAudit",

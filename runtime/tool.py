@@ -16,7 +16,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,9 +64,16 @@ class ToolSpec:
     delegation: bool = False
     available: Callable[[TurnContext], bool] | None = None
     customize: Callable[[ToolSpec, TurnContext], ToolSpec | None] | None = None
+    # A schema given as is (an MCP server's): shown instead of the args
+    # model's, which then only has to accept it (see ``PassThrough``).
+    parameters: dict[str, Any] | None = None
+    # Hints about the tool (an MCP server's annotations: read_only_hint, title…).
+    annotations: dict[str, Any] | None = None
 
     def schema(self) -> dict[str, Any]:
-        """The JSON schema of the arguments, straight from the pydantic model."""
+        """The JSON schema of the arguments: the given one, else the pydantic model's."""
+        if self.parameters is not None:
+            return copy.deepcopy(self.parameters)
         return copy.deepcopy(_schema_of(self.args_model))
 
     def definition(self) -> ToolDefinition:
@@ -82,6 +89,27 @@ class ToolSpec:
 
     def offered_in(self, context: str) -> bool:
         return self.contexts == "all" or context in self.contexts
+
+
+class PassThrough(BaseModel):
+    """The arguments of a tool whose schema someone else checks (MCP): any object."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def arguments(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ToolSource(Protocol):
+    """Tools that come and go while a persona runs (an MCP server's).
+
+    :meth:`refresh` runs before every model call of a turn; :meth:`specs` is
+    then read synchronously and filtered like the registry's own tools.
+    """
+
+    async def refresh(self) -> None: ...
+
+    def specs(self) -> Iterable[ToolSpec]: ...
 
 
 @functools.cache
@@ -167,16 +195,22 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._specs)
 
-    def visible(self, ctx: TurnContext) -> dict[str, ToolSpec]:
+    def visible(self, ctx: TurnContext, extra: Iterable[ToolSpec] = ()) -> dict[str, ToolSpec]:
         """The tools offered on this turn, by name, after every filter.
 
-        Filters are intersected: per-context availability, the persona's
-        allow/deny patterns, depth (no delegation below the top), the tool's
-        own ``available(ctx)``, then its optional ``customize(spec, ctx)``.
+        The registry's tools come first, then ``extra`` (the specs of tool
+        sources; never below the top level, and never one that shadows a
+        registered name). Filters are intersected:
+        per-context availability, the persona's allow/deny patterns, depth
+        (no delegation below the top), the tool's own ``available(ctx)``, then
+        its optional ``customize(spec, ctx)``.
         """
         offered: dict[str, ToolSpec] = {}
         allow, deny = ctx.tool_filter.allow, ctx.tool_filter.deny
-        for spec in self._specs.values():
+        specs: Iterable[ToolSpec] = self._specs.values()
+        if extra and ctx.depth == 0:  # subagents get the registered tools only
+            specs = [*specs, *(s for s in extra if s.name not in self._specs)]
+        for spec in specs:
             if not spec.offered_in(ctx.context):
                 continue
             if not matches_any(spec.name, allow) or matches_any(spec.name, deny):
@@ -195,4 +229,14 @@ class ToolRegistry:
         return offered
 
 
-__all__ = ["PUSHED_NEXT", "Deferred", "ToolFn", "ToolRegistry", "ToolSpec", "matches_any", "tool"]
+__all__ = [
+    "PUSHED_NEXT",
+    "Deferred",
+    "PassThrough",
+    "ToolFn",
+    "ToolRegistry",
+    "ToolSource",
+    "ToolSpec",
+    "matches_any",
+    "tool",
+]

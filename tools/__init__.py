@@ -8,6 +8,7 @@ from tools.connectors import CONNECTOR_TOOLS
 from tools.control import CONTROL_TOOLS
 from tools.delegation import DELEGATION_TOOLS
 from tools.files import FILE_TOOLS
+from tools.mcp import MCP_TOOLS
 from tools.memory import MEMORY_TOOLS
 from tools.personas import PERSONA_TOOLS
 from tools.shell import SHELL_TOOLS
@@ -29,6 +30,7 @@ def builtin_registry() -> ToolRegistry:
             *SHELL_TOOLS,
             *TASK_TOOLS,
             *WEB_TOOLS,
+            *MCP_TOOLS,
         ]
     )
 
@@ -39,6 +41,7 @@ __all__ = [
     "CONTROL_TOOLS",
     "DELEGATION_TOOLS",
     "FILE_TOOLS",
+    "MCP_TOOLS",
     "MEMORY_TOOLS",
     "PERSONA_TOOLS",
     "SHELL_TOOLS",

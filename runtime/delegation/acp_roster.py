@@ -76,15 +76,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime.errors import ConfigError, ToolError
-from runtime.shell.env import SECRET_NAME_RE, read_dotenv
+from runtime.errors import ConfigError
+from runtime.shell.env import check_env_entry, fill_references
 
 ROSTER_FILE = "acp.json"
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-# ``${secret:NAME}`` or ``${env:NAME}`` inside an env value.
-_REF_RE = re.compile(r"\$\{(secret|env):([A-Za-z_][A-Za-z0-9_]*)\}")
 _HOME_REF = "${home}"
-_RESERVED_ENV = ("PATH", "HOME")
 
 CwdPolicy = Literal["workspace", "any-in-rails"]
 PermissionPolicy = Literal["workspace", "deny", "allow"]
@@ -122,17 +119,7 @@ class AgentSpec(BaseModel):
     @classmethod
     def _check_env(cls, env: dict[str, str]) -> dict[str, str]:
         for key, value in env.items():
-            if not SECRET_NAME_RE.match(key):
-                raise ValueError(f"{key!r} is not an environment variable name")
-            upper = key.upper()
-            if upper in _RESERVED_ENV or upper.startswith(("LD_", "DYLD_")):
-                raise ValueError(f"{key} cannot be set for an agent")
-            leftover = _REF_RE.sub("", value)
-            if "${" in leftover:
-                raise ValueError(
-                    f"{key}: only ${{secret:NAME}} and ${{env:NAME}} may be referenced, "
-                    f"got {value!r}"
-                )
+            check_env_entry(key, value)
         return env
 
 
@@ -251,27 +238,9 @@ def resolve_agent_env(
     ``ToolError("missing_secret")`` naming it (the persona can read that).
     Synchronous: it reads the ``.env`` file.
     """
-    source = os.environ if environ is None else environ
-    needs_secrets = any("${secret:" in v for v in spec.env.values())
-    secrets = read_dotenv(persona_dir / ".env") if needs_secrets and persona_dir else {}
-    missing: list[str] = []
-
-    def fill(match: re.Match[str]) -> str:
-        kind, name = match.group(1), match.group(2)
-        table = secrets if kind == "secret" else source
-        if name not in table:
-            missing.append(f"{kind}:{name}")
-            return ""
-        return table[name]
-
-    resolved = {key: _REF_RE.sub(fill, value) for key, value in spec.env.items()}
-    if missing:
-        raise ToolError(
-            "missing_secret",
-            f"coding agent {agent!r} needs {', '.join(missing)} "
-            "(secret: from the persona's .env; env: from the runtime's environment)",
-        )
-    return resolved
+    return fill_references(
+        spec.env, persona_dir=persona_dir, environ=environ, what=f"coding agent {agent!r}"
+    )
 
 
 class RosterFile:

@@ -24,6 +24,7 @@ from runtime.config import load_persona_dir
 from runtime.connectors.base import ConnectorInfo
 from runtime.connectors.outbox import Outbox
 from runtime.errors import ActorLostError, CoterieError, UnknownPersonaError
+from runtime.mcp.config import load_servers
 from runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope
 from runtime.routing.roster import Roster
 
@@ -130,7 +131,9 @@ class Router(Generic[H]):
         if task is None:
             if not self.roster.knows(name):
                 raise UnknownPersonaError(name, self.roster.names)
-            load_persona_dir(self.home / "personas" / name, name)  # a clear error if broken
+            # A clear error if broken: persona.yaml, then its mcp.json files.
+            load_persona_dir(self.home / "personas" / name, name)
+            load_servers(self.home, self.home / "personas" / name)
             task = asyncio.get_running_loop().create_task(self._start(name))
             self._activating[name] = task
             task.add_done_callback(lambda done: self._activated(name, done))

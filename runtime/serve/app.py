@@ -8,8 +8,12 @@ request comes from loopback and ``serve.loopback_without_token`` is on):
 - ``GET /v1/personas/{name}/conversations``,
   ``GET /v1/personas/{name}/conversations/{id}``
 - ``POST /v1/personas/{name}/messages`` — ``{"text", "conversation_id"?,
-  "session"?, "stream"?}``: the reply, or with ``"stream": true`` (or
-  ``Accept: text/event-stream``) the turn's events as server-sent events
+  "session"?, "stream"?, "wait"?}``: the reply, or with ``"stream": true`` (or
+  ``Accept: text/event-stream``) the turn's events as server-sent events, or
+  with ``"wait": false`` 202 ``{"queued": {"id", "conversation_id"}}`` at
+  once (the turn runs; its reply stays in the conversation)
+- ``GET /v1/personas/{name}/recall?query=&limit=`` — the persona's long-term
+  memory hits (``limit`` 1-50, default 8)
 - ``POST /v1/audit/query`` — ``{"sql"}``, read-only; ``GET /v1/audit/summary``
 - ``GET /v1/connectors``, ``GET /v1/connectors/{id}/messages?destination=&wait=``
 - ``POST /v1/chat/completions``, ``GET /v1/models`` (OpenAI-compatible:
@@ -60,6 +64,11 @@ from runtime.serve.http import (
 STATIC = Path(__file__).parent / "static"
 #: Personas listed per page of ``GET /v1/personas`` (and at most).
 PERSONA_PAGE = 1000
+#: Hits one ``GET /v1/personas/{name}/recall`` returns by default and at most
+#: (the persona's own ``recall`` tool has the same bounds).
+RECALL_LIMIT = 8
+RECALL_MAX = 50
+RECALL_QUERY_CHARS = 2_000
 #: Stream items a client never needs (the envelope it sent).
 QUIET_KINDS = frozenset({"envelope"})
 
@@ -78,6 +87,8 @@ class PostMessage(_Body):
     session: str | None = Field(default=None, pattern=ID_PATTERN)
     connector: str = Field(default="web", pattern=r"^(web|cli)$")
     stream: bool = False
+    # False: queue it and answer 202 at once (nobody waits for the reply).
+    wait: bool = True
 
 
 class AuditQuery(_Body):
@@ -106,12 +117,12 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(data)
 
 
-def _int_query(request: web.Request, name: str, default: int, high: int) -> int:
+def _int_query(request: web.Request, name: str, default: int, high: int, *, low: int = 0) -> int:
     raw = request.query.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not 0 <= int(raw) <= high:
-        raise ApiError(400, "invalid_query", f"{name} must be a whole number 0-{high}", name)
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ApiError(400, "invalid_query", f"{name} must be a whole number {low}-{high}", name)
     return int(raw)
 
 
@@ -207,6 +218,13 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     name = known_persona(request)
     body: PostMessage = await read_body(request, PostMessage)
     envelope = envelope_for(name, body)
+    if not body.wait:
+        if wants_stream(request, body.stream):
+            raise ApiError(400, "invalid_body", "wait: false cannot stream a reply", "wait")
+        envelope.reply_mode = "none"
+        await backend(request).post_async(envelope)
+        queued = {"id": envelope.id, "conversation_id": envelope.conversation_id}
+        return web.json_response({"queued": queued}, status=202)
     state = request.app[STATE]
     with InFlight(state, (name, envelope.conversation_id)):
         if not wants_stream(request, body.stream):
@@ -236,6 +254,22 @@ async def stream_sse(request: web.Request, items: AsyncIterator[StreamItem]) -> 
         await close_stream(items)
     await response.write_eof()
     return response
+
+
+async def recall(request: web.Request) -> web.Response:
+    """The persona's long-term memory hits for ``query`` (empty: its most
+    important and recent memories), best first."""
+    name = known_persona(request)
+    query = request.query.get("query", "")
+    if len(query) > RECALL_QUERY_CHARS:
+        raise ApiError(
+            400, "invalid_query", f"query is longer than {RECALL_QUERY_CHARS} characters", "query"
+        )
+    limit = _int_query(request, "limit", RECALL_LIMIT, RECALL_MAX, low=1)
+    hits = await backend(request).recall_async(name, query, limit=limit)
+    return web.json_response(
+        {"persona": name, "query": query, "hits": [h.model_dump(mode="json") for h in hits]}
+    )
 
 
 async def audit_query(request: web.Request) -> web.Response:
@@ -318,6 +352,7 @@ def build_app(
     app.router.add_get("/v1/personas/{name}/conversations", list_conversations)
     app.router.add_get("/v1/personas/{name}/conversations/{conversation_id}", conversation_history)
     app.router.add_post("/v1/personas/{name}/messages", post_message)
+    app.router.add_get("/v1/personas/{name}/recall", recall)
     app.router.add_post("/v1/audit/query", audit_query)
     app.router.add_get("/v1/audit/summary", audit_summary)
     app.router.add_get("/v1/connectors", list_connectors)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from runtime.audit.query import QueryResult
 from runtime.connectors.base import ConnectorInfo, OutboundMessage
+from runtime.memory.records import RecallHit
 from runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope, StreamItem
 from runtime.routing.router import PersonaInfo
 
@@ -29,7 +30,13 @@ class FrontDoor(Protocol):
         self, envelope: MessageEnvelope, *, timeout: float
     ) -> ReplyEnvelope: ...
 
+    async def post_async(self, envelope: MessageEnvelope) -> None: ...
+
     def stream_async(self, envelope: MessageEnvelope) -> AsyncIterator[StreamItem]: ...
+
+    async def recall_async(
+        self, persona: str, query: str = "", *, limit: int = 8
+    ) -> list[RecallHit]: ...
 
     async def history_async(self, persona: str, conversation_id: str) -> list[ChatMessage]: ...
 

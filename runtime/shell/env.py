@@ -96,6 +96,73 @@ def secrets_to_hide(
     return hidden
 
 
+#: ``${secret:NAME}`` (from a persona's ``.env``) or ``${env:NAME}`` (from the
+#: runtime's own environment) inside a configured value (acp.json, mcp.json).
+REFERENCE_RE = re.compile(r"\$\{(secret|env):([A-Za-z_][A-Za-z0-9_]*)\}")
+#: What a configured environment may not set for a child program.
+RESERVED_ENV = ("PATH", "HOME")
+
+
+def check_env_entry(key: str, value: str) -> None:
+    """Raise ``ValueError`` (for a pydantic validator) when ``key=value`` is not
+    a settable variable with only ``${secret:…}``/``${env:…}`` references."""
+    if not SECRET_NAME_RE.match(key):
+        raise ValueError(f"{key!r} is not an environment variable name")
+    upper = key.upper()
+    if upper in RESERVED_ENV or upper.startswith(("LD_", "DYLD_")):
+        raise ValueError(f"{key} cannot be set for a child program")
+    check_references(key, value)
+
+
+def check_references(key: str, value: str) -> None:
+    """Raise ``ValueError`` when ``value`` holds a ``${…}`` other than the two kinds."""
+    if "${" in REFERENCE_RE.sub("", value):
+        raise ValueError(
+            f"{key}: only ${{secret:NAME}} and ${{env:NAME}} may be referenced, got {value!r}"
+        )
+
+
+def has_secret_reference(values: Iterable[str]) -> bool:
+    return any("${secret:" in v for v in values)
+
+
+def fill_references(
+    values: Mapping[str, str],
+    *,
+    persona_dir: Path | None,
+    environ: Mapping[str, str] | None = None,
+    what: str,
+) -> dict[str, str]:
+    """``values`` with every ``${secret:NAME}`` and ``${env:NAME}`` filled in.
+
+    Secrets come from ``persona_dir/.env``, ``${env:…}`` from ``environ``
+    (default ``os.environ``). A reference that is not set raises
+    ``ToolError("missing_secret")`` naming it and ``what`` needs it.
+    Synchronous: it reads the ``.env`` file.
+    """
+    source = os.environ if environ is None else environ
+    needs = has_secret_reference(values.values())
+    secrets = read_dotenv(persona_dir / ".env") if needs and persona_dir else {}
+    missing: list[str] = []
+
+    def fill(match: re.Match[str]) -> str:
+        kind, name = match.group(1), match.group(2)
+        table = secrets if kind == "secret" else source
+        if name not in table:
+            missing.append(f"{kind}:{name}")
+            return ""
+        return table[name]
+
+    resolved = {key: REFERENCE_RE.sub(fill, value) for key, value in values.items()}
+    if missing:
+        raise ToolError(
+            "missing_secret",
+            f"{what} needs {', '.join(dict.fromkeys(missing))} "
+            "(secret: from the persona's .env; env: from the runtime's environment)",
+        )
+    return resolved
+
+
 def load_secrets(persona_dir: Path | None, names: Iterable[str], persona: str) -> dict[str, str]:
     """The named secrets from ``persona_dir/.env``; ToolError names any missing."""
     wanted = list(dict.fromkeys(names))
@@ -117,8 +184,14 @@ __all__ = [
     "INHERITED_ENV",
     "MIN_SECRET_CHARS",
     "PROVIDER_KEY_VARS",
+    "REFERENCE_RE",
+    "RESERVED_ENV",
     "SAFE_PATH",
     "SECRET_NAME_RE",
+    "check_env_entry",
+    "check_references",
+    "fill_references",
+    "has_secret_reference",
     "load_secrets",
     "read_dotenv",
     "scrubbed_env",
