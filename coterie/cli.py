@@ -265,6 +265,8 @@ def cmd_mcp_serve(args: argparse.Namespace) -> int:
         http_port=args.http,
         host=args.host or "127.0.0.1",
         allow_recall=args.allow_recall,
+        token_file=args.token_file,
+        no_auth=args.no_auth,
     )
 
 
@@ -362,7 +364,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="MCP over streamable HTTP on PORT, path /mcp (0: any free port)",
     )
-    p.add_argument("--host", help="address --http binds (default 127.0.0.1; no auth: keep local)")
+    p.add_argument("--host", help="address --http binds (default 127.0.0.1)")
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="--http's bearer token, read from PATH (mode 0600); default $COTERIE_MCP_TOKEN, "
+        "else a new one written to <home>/mcp-serve.token",
+    )
+    auth.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="--http without a token: only on a loopback --host (127.0.0.1, ::1, localhost)",
+    )
     p.add_argument(
         "--allow-recall",
         action="store_true",

@@ -24,9 +24,15 @@ answer at once; a tool call waits for the runtime.
 Transports: stdio (stdout is the protocol; while it serves, the SDK points
 file descriptor 1 at stderr, and the runtime starts only then — from the
 server's lifespan — so neither our logs nor Ray's processes can write into
-the protocol) or streamable HTTP on ``/mcp`` (DNS-rebinding protection on
-loopback; no authentication, hence 127.0.0.1 by default). SIGTERM and Ctrl-C
-shut down cleanly.
+the protocol) or streamable HTTP on ``/mcp`` (127.0.0.1 by default;
+DNS-rebinding protection on loopback). SIGTERM and Ctrl-C shut down cleanly.
+
+HTTP is a front door, so every request needs ``Authorization: Bearer
+<token>`` (:class:`BearerAuth`, else 401 with a JSON error): the token of
+``--token-file`` (this user's only), else ``$COTERIE_MCP_TOKEN``, else a new
+one written to ``<home>/mcp-serve.token`` (mode 0600; its path is announced,
+never the token). Only a loopback binding may go without (``--no-auth``).
+stdio has none: the client spawned the process.
 
 The tools' arguments are their functions' annotated parameters: the SDK turns
 those into one pydantic model, the only source of both the JSON schema and
@@ -37,12 +43,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import json
 import logging
 import os
+import secrets
 import signal
 import socket
+import stat
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 from urllib.parse import quote, urlencode
@@ -51,6 +62,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coterie.client import ServerClient, ServerError, find_server
 from runtime.errors import CoterieError, DeliveryError
@@ -71,6 +83,12 @@ MCP_PATH = "/mcp"
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Seconds a graceful HTTP shutdown waits for open MCP streams.
 HTTP_SHUTDOWN_GRACE = 5.0
+#: The environment variable that can give ``--http`` its bearer token.
+TOKEN_ENV = "COTERIE_MCP_TOKEN"
+#: Where a generated bearer token is written, in the home (mode 0600).
+TOKEN_FILE = "mcp-serve.token"
+#: The shortest token accepted from a file or the environment (as ``coterie serve``).
+MIN_TOKEN_CHARS = 16
 
 
 def default_conversation(persona: str) -> str:
@@ -417,6 +435,144 @@ def build_server(starter: BackendStarter, *, allow_recall: bool = False) -> MCPS
     return server
 
 
+# -- authentication (HTTP) --------------------------------------------------------------
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request needs ``Authorization: Bearer
+    <token>`` (compared in constant time), else 401 with a JSON error, shaped
+    as ``coterie serve``'s; the lifespan passes through.
+
+    Not the SDK's own gate: in ``mcp`` 2.3 ``token_verifier=`` requires
+    ``auth=AuthSettings(issuer_url=...)``, an OAuth authorization server that a
+    pre-shared token does not have."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._token = token.encode()
+
+    def authorized(self, scope: Scope) -> bool:
+        header = next((v for k, v in scope["headers"] if k.lower() == b"authorization"), b"")
+        scheme, _, given = header.decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("latin-1"), self._token
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self.authorized(scope):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":  # the SDK serves none; refuse the handshake
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        error = {"type": "unauthorized", "message": "a valid bearer token is required"}
+        body = json.dumps({"error": error}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b"Bearer"),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+@dataclass(frozen=True)
+class HttpAuth:
+    """How ``--http`` checks its callers (see :func:`http_auth`)."""
+
+    #: The bearer token; None: no authentication (``--no-auth``, loopback only).
+    token: str | None = field(repr=False)
+    #: Where the token is, for the announcement: never the token itself.
+    source: str
+    #: Where to write the token (generated here) once the port is bound.
+    write_to: Path | None = None
+
+    def publish(self) -> None:
+        """Write a generated token to its file: atomically, this user's only."""
+        if self.write_to is None or self.token is None:
+            return
+        tmp = self.write_to.with_name(self.write_to.name + ".tmp")
+        try:
+            tmp.unlink(missing_ok=True)  # O_CREAT keeps an old file's mode
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(self.token + "\n")
+            os.replace(tmp, self.write_to)
+        except OSError as exc:
+            raise CoterieError(f"cannot write the bearer token to {self.write_to}: {exc}") from None
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """``app`` behind :class:`BearerAuth`, unless there is no token."""
+        return app if self.token is None else BearerAuth(app, self.token)
+
+
+def _checked_token(token: str, where: str) -> str:
+    token = token.strip()
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+        raise CoterieError(
+            f"{where} does not hold a usable token "
+            f"({MIN_TOKEN_CHARS} characters or more, without spaces)"
+        )
+    return token
+
+
+def read_token_file(path: Path) -> str:
+    """The token in ``path``, which only its owner may read or write."""
+    where = f"--token-file {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise CoterieError(f"{where}: cannot open it: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:  # checked on the open file: no swap in between
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o077:
+            raise CoterieError(
+                f"{where} is open to other users (mode {mode:04o}); "
+                f"make it yours alone: chmod 600 {path}"
+            )
+        data = handle.read(4096)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CoterieError(f"{where} is not a text file") from None
+    return _checked_token(text, where)
+
+
+def http_auth(
+    home: Path,
+    *,
+    host: str,
+    token_file: Path | None = None,
+    no_auth: bool = False,
+    environ: Mapping[str, str] = os.environ,
+) -> HttpAuth:
+    """The authentication of ``--http`` on ``host``: ``--no-auth`` (loopback
+    only), else the token of ``token_file``, else ``$COTERIE_MCP_TOKEN``, else
+    a new one for ``<home>/mcp-serve.token``. Raises :class:`CoterieError`
+    before anything starts."""
+    if no_auth:
+        if token_file is not None:
+            raise CoterieError("--no-auth and --token-file contradict each other: choose one")
+        if host not in LOOPBACK:
+            raise CoterieError(
+                f"--no-auth is refused on --host {host}: anyone who reaches the port could "
+                "talk to the personas and, through them, use their tools. It is only for a "
+                f"loopback host ({', '.join(sorted(LOOPBACK))}); elsewhere keep the bearer token"
+            )
+        return HttpAuth(token=None, source="no authentication (--no-auth)")
+    if token_file is not None:
+        return HttpAuth(
+            token=read_token_file(token_file), source=f"bearer token from --token-file {token_file}"
+        )
+    if environ.get(TOKEN_ENV, "").strip():
+        token = _checked_token(environ[TOKEN_ENV], f"${TOKEN_ENV}")
+        return HttpAuth(token=token, source=f"bearer token from ${TOKEN_ENV}")
+    path = home / TOKEN_FILE
+    return HttpAuth(
+        token=secrets.token_urlsafe(32), source=f"bearer token in {path}", write_to=path
+    )
+
+
 # -- running it -----------------------------------------------------------------------
 
 
@@ -476,9 +632,9 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def serve_http(
-    server: MCPServer[None], starter: BackendStarter, *, host: str, port: int
+    server: MCPServer[None], starter: BackendStarter, *, host: str, port: int, auth: HttpAuth
 ) -> None:
-    """Serve streamable HTTP on ``host:port`` (path ``/mcp``) until a signal."""
+    """Serve streamable HTTP on ``host:port`` (path ``/mcp``), behind ``auth``, until a signal."""
     import uvicorn
 
     class Uvicorn(uvicorn.Server):
@@ -490,9 +646,14 @@ async def serve_http(
             yield
 
     if host not in LOOPBACK:
-        log.warning("mcp-serve on %s: the MCP endpoint has no authentication", host)
+        log.warning(
+            "mcp-serve on %s: plain HTTP, the bearer token travels unencrypted "
+            "(a TLS proxy in front, or a trusted network)",
+            host,
+        )
     sock = _bind(host, port)
-    app = server.streamable_http_app(host=host)
+    auth.publish()  # once the port is ours: a failed start leaves the old token file
+    app = auth.wrap(server.streamable_http_app(host=host))
     config = uvicorn.Config(
         app,
         log_config=None,  # our logging: stderr
@@ -507,9 +668,8 @@ async def serve_http(
 
     undo = _stop_on_signals(stop)
     starter.start()
-    _announce(
-        f"coterie mcp-serve: MCP over streamable HTTP at {mcp_url(host, sock.getsockname()[1])}"
-    )
+    url = mcp_url(host, sock.getsockname()[1])
+    _announce(f"coterie mcp-serve: MCP over streamable HTTP at {url} ({auth.source})")
     try:
         await web.serve(sockets=[sock])
     finally:
@@ -524,15 +684,20 @@ async def mcp_serve(
     http_port: int | None = None,
     host: str = "127.0.0.1",
     allow_recall: bool = False,
+    auth: HttpAuth | None = None,
 ) -> None:
-    """Serve the personas of ``home`` over MCP: stdio unless ``http_port``."""
+    """Serve the personas of ``home`` over MCP: stdio unless ``http_port``;
+    HTTP behind ``auth`` (default: :func:`http_auth`'s, a token required)."""
+    if http_port is not None and auth is None:
+        auth = http_auth(home, host=host)
     starter = BackendStarter(lambda: open_backend(home, address=address), announce=_announce)
     server = build_server(starter, allow_recall=allow_recall)
     try:
         if http_port is None:
             await serve_stdio(server, starter)
         else:
-            await serve_http(server, starter, host=host, port=http_port)
+            assert auth is not None
+            await serve_http(server, starter, host=host, port=http_port, auth=auth)
     finally:
         await starter.aclose()
 
@@ -544,17 +709,38 @@ def run_mcp_serve(
     http_port: int | None,
     host: str,
     allow_recall: bool,
+    token_file: str | Path | None = None,
+    no_auth: bool = False,
 ) -> int:
-    """``coterie mcp-serve``: run until stdin closes (stdio) or a signal."""
+    """``coterie mcp-serve``: run until stdin closes (stdio) or a signal. The
+    HTTP authentication is settled first: a refused one starts nothing."""
+    auth = None
+    token_path = Path(token_file).expanduser() if token_file is not None else None
+    if http_port is not None:
+        auth = http_auth(home, host=host, token_file=token_path, no_auth=no_auth)
+    elif token_file is not None or no_auth:
+        flag = "--token-file" if token_file is not None else "--no-auth"
+        raise CoterieError(f"{flag} needs --http PORT (stdio has no front door to lock)")
     asyncio.run(
-        mcp_serve(home, address=address, http_port=http_port, host=host, allow_recall=allow_recall)
+        mcp_serve(
+            home,
+            address=address,
+            http_port=http_port,
+            host=host,
+            allow_recall=allow_recall,
+            auth=auth,
+        )
     )
     return 0
 
 
 __all__ = [
+    "TOKEN_ENV",
+    "TOKEN_FILE",
     "AskResult",
     "BackendStarter",
+    "BearerAuth",
+    "HttpAuth",
     "PersonaBackend",
     "PersonaList",
     "RecallResult",
@@ -563,8 +749,10 @@ __all__ = [
     "ServerBackend",
     "build_server",
     "default_conversation",
+    "http_auth",
     "mcp_serve",
     "mcp_url",
     "open_backend",
+    "read_token_file",
     "run_mcp_serve",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -24,12 +25,10 @@ from runtime.models import build_model
 from runtime.persona import PersonaRuntime
 from runtime.services import NullAudit
 from tests.helpers import scripted, write_persona
+from tests.mcp_fixtures.everything import EVERYTHING, free_port, serve_everything_http, stop
 from tools import builtin_registry
 
 ROOT = Path(__file__).resolve().parent.parent
-EVERYTHING = (
-    ROOT / ".mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-)
 MISBEHAVING = ROOT / "tests" / "mcp_fixtures" / "misbehaving_server.py"
 
 
@@ -119,6 +118,31 @@ async def test_a_persona_calls_time_and_everything_tools(tmp_path: Path) -> None
         assert (tmp_path / "logs" / "mcp" / "p").is_dir()
     finally:
         await rt.aclose()
+
+
+async def test_a_persona_calls_a_streamable_http_server(tmp_path: Path) -> None:
+    port = free_port()
+    proc = serve_everything_http(port, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    try:
+        persona_dir = write_persona(
+            tmp_path, "p", persona_calling(call("remote__get-sum", a=2, b=40))
+        )
+        (persona_dir / ".env").write_text("REMOTE_TOKEN=tok-123456\n", encoding="utf-8")
+        remote = {
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "headers": {"Authorization": "Bearer ${secret:REMOTE_TOKEN}"},
+        }
+        (persona_dir / "mcp.json").write_text(json.dumps(servers(remote=remote)))
+        reply, audit, rt = await run_once(tmp_path, "p")
+        try:
+            assert reply.status == "ok"
+            # "get-sum" is offered (and called) as remote__get-sum.
+            summed = results(audit)["remote__get-sum"]
+            assert summed.error_kind is None and "42" in summed.result
+        finally:
+            await rt.aclose()
+    finally:
+        stop(proc)
 
 
 async def test_a_hanging_tool_ends_the_turn_within_the_timeout(tmp_path: Path) -> None:

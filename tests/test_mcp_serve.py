@@ -1,7 +1,9 @@
 """``coterie mcp-serve`` as an editor runs it: a real subprocess, driven by the
 official ``mcp`` client (``ClientSession``) over stdio and over streamable
 HTTP, with scripted personas; in-process, and through a running ``coterie
-serve`` (which it must use instead of starting a Ray of its own).
+serve`` (which it must use instead of starting a Ray of its own). The HTTP
+processes require their bearer token (a generated one, and one from
+``--token-file``); the refusals that start nothing run as quick processes.
 
 Each class shares one mcp-serve process (and at most one Ray start) between
 its tests; class scope stops it before the next class starts its own.
@@ -20,11 +22,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from email.message import Message
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx2
 import psutil
 import pytest
 import yaml
@@ -34,13 +38,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent, Tool
 
 from coterie.client import ServerClient, ServerError, ServerState
+from coterie.mcp_serve import TOKEN_ENV, TOKEN_FILE, BearerAuth, http_auth
 from runtime.audit import read_only_query
+from runtime.errors import CoterieError
 from tests.helpers import asker, scripted, write_persona
 from tests.serving import running_server
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+ENV = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", TOKEN_ENV)}
 #: Seconds for an mcp-serve process to come up, or a call to answer (Ray starts).
 STARTUP = 180.0
 
@@ -184,10 +190,63 @@ def ray_processes(pid: int) -> list[str]:
     return [n for n in names if "raylet" in n or "gcs_server" in n or "ray::" in n]
 
 
-class HttpServe:
-    """``coterie mcp-serve --http 0`` in a subprocess; its URL from its stderr."""
+@asynccontextmanager
+async def http_transport(url: str, token: str | None) -> AsyncIterator[Any]:
+    """The official streamable HTTP client, sending ``token`` as its bearer."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
 
-    def __init__(self, home: Path, *args: str) -> None:
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "plain-http", "version": "0"},
+    },
+}
+
+
+def post_mcp(url: str, *, headers: dict[str, str]) -> tuple[int, Message, bytes]:
+    """A plain POST of ``initialize`` to the endpoint: status, headers (any
+    case), body."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(INITIALIZE).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **headers,
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, exc.read()
+
+
+def unauthorized(status: int, headers: Message, body: bytes) -> bool:
+    return (
+        status == 401
+        and headers.get("WWW-Authenticate") == "Bearer"
+        and json.loads(body)["error"]["type"] == "unauthorized"
+    )
+
+
+class HttpServe:
+    """``coterie mcp-serve --http 0`` in a subprocess; its URL from its stderr,
+    its bearer token from ``token`` or else the file it generated."""
+
+    def __init__(self, home: Path, *args: str, token: str | None = None) -> None:
         self.home = home
         self.stderr_path = home / "mcp-serve.stderr"
         with self.stderr_path.open("w") as stderr:
@@ -202,6 +261,8 @@ class HttpServe:
                 text=True,
             )
         self.url = wait_for(self._url, timeout=STARTUP, what="mcp-serve to print its URL")
+        # Written before the URL is announced.
+        self.token = token or (home / TOKEN_FILE).read_text().strip()
 
     def _url(self) -> str | None:
         if self.proc.poll() is not None:
@@ -323,6 +384,7 @@ class TestStdio:
         assert stdio.client.stream_errors == []
         stderr = stdio.stderr.read_text()
         assert "personas served by an in-process runtime" in stderr
+        assert not (stdio.home / TOKEN_FILE).exists()  # stdio has no token
 
 
 # -- streamable HTTP, in-process runtime, no recall ----------------------------------------------
@@ -336,9 +398,9 @@ class Http:
 
 @pytest.fixture(scope="class")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
-    serve = HttpServe(make_home(tmp_path_factory, "mcp-http"))
+    serve = HttpServe(make_home(tmp_path_factory, "mcp-http"))  # generates its token
     try:
-        client = McpClient(lambda: streamable_http_client(serve.url))
+        client = McpClient(lambda: http_transport(serve.url, serve.token))
         try:
             yield Http(serve, client)
         finally:
@@ -363,6 +425,27 @@ class TestHttp:
         missing = http.client.call("ask_persona", persona="ghost", text="boo")
         assert missing.is_error and "unknown persona 'ghost'" in text_of(missing)
 
+    def test_only_the_right_token_opens_the_door(self, http: Http) -> None:
+        url = http.serve.url
+        assert unauthorized(*post_mcp(url, headers={}))
+        for wrong in (f"Bearer {http.serve.token}x", f"Basic {http.serve.token}", "Bearer"):
+            assert unauthorized(*post_mcp(url, headers={"Authorization": wrong})), wrong
+        # The official client with a wrong token gets no session.
+        with pytest.raises(RuntimeError, match="did not open"):
+            McpClient(lambda: http_transport(url, "not-the-token-at-all"))
+        # The right one opens a session; its id alone does not let a request in.
+        status, headers, _ = post_mcp(url, headers={"Authorization": f"bearer {http.serve.token}"})
+        assert status == 200 and headers["mcp-session-id"]
+        session = {"mcp-session-id": headers["mcp-session-id"]}
+        assert unauthorized(*post_mcp(url, headers=session))
+
+    def test_the_generated_token_is_in_a_file_of_this_user_only(self, http: Http) -> None:
+        path = http.serve.home / TOKEN_FILE
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert len(http.serve.token) >= 32
+        # The announcement names the file, never the token.
+        assert f"(bearer token in {path})" in http.serve.stderr()
+
     def test_sigterm_stops_it_cleanly_with_the_audit_flushed(self, http: Http) -> None:
         rays = ray_processes(http.serve.proc.pid)
         assert rays, "an in-process runtime runs Ray under mcp-serve"
@@ -370,6 +453,8 @@ class TestHttp:
         assert http.serve.stop() == 0, http.serve.stderr()
         assert "coterie mcp-serve: stopping" in http.serve.stderr()
         assert http.serve.proc.stdout is not None and http.serve.proc.stdout.read() == ""
+        # Nothing it printed in its whole life holds the token.
+        assert http.serve.token not in http.serve.stderr()
         # The runtime's audit reached DuckDB: the message sent without waiting
         # was delivered into keeper's conversation.
         result = read_only_query(
@@ -394,10 +479,19 @@ class Served:
 @pytest.fixture(scope="class")
 def served(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[Served]:
     home = make_home(tmp_path_factory, "mcp-served")
+    token_file = home / "editor.token"
+    token_file.write_text("  a-token-the-editor-was-given-0123\n")
+    token_file.chmod(0o600)
     with running_server(home) as state:
-        serve = HttpServe(home, "--allow-recall")
+        serve = HttpServe(
+            home,
+            "--allow-recall",
+            "--token-file",
+            str(token_file),
+            token="a-token-the-editor-was-given-0123",
+        )
         try:
-            client = McpClient(lambda: streamable_http_client(serve.url))
+            client = McpClient(lambda: http_transport(serve.url, serve.token))
             try:
                 yield Served(state, serve, client)
             finally:
@@ -421,6 +515,12 @@ def api_call(state: ServerState, path: str, *, token: str | None = "") -> tuple[
 class TestThroughServe:
     def test_it_goes_through_the_server_without_a_ray_of_its_own(self, served: Served) -> None:
         assert {t.name for t in served.client.tools()} == BASE_TOOLS | {"recall"}
+        # The token of --token-file; no token file generated, and coterie serve's does not open it.
+        assert "bearer token from --token-file" in served.serve.stderr()
+        assert not (served.serve.home / TOKEN_FILE).exists()
+        assert unauthorized(
+            *post_mcp(served.serve.url, headers={"Authorization": f"Bearer {served.state.token}"})
+        )
         reply = ok(served.client.call("ask_persona", persona="echo", text="via the server"))
         assert reply["text"] == "you said: via the server"
         assert f"personas served by coterie serve at {served.state.url}" in served.serve.stderr()
@@ -495,3 +595,94 @@ class TestThroughServe:
                 "/v1/personas/echo/messages", {"text": "x", "wait": False, "stream": True}
             )
         assert refused.value.status == 400 and refused.value.kind == "invalid_body"
+
+
+# -- refusals, and the token's sources -----------------------------------------------------------
+
+
+def mcp_serve_refusal(home: Path, *args: str) -> str:
+    """Run ``coterie mcp-serve`` expecting a refusal before anything starts;
+    its error, on one line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "coterie", "mcp-serve", "--home", str(home), *args],
+        cwd=ROOT,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stdout == "", done
+    return " ".join(done.stderr.split())
+
+
+def test_no_auth_on_a_non_loopback_host_is_refused(tmp_path: Path) -> None:
+    error = mcp_serve_refusal(tmp_path, "--http", "0", "--host", "0.0.0.0", "--no-auth")
+    assert error.startswith("error: --no-auth is refused on --host 0.0.0.0"), error
+    assert "loopback" in error and "Ray" not in error
+    assert list(tmp_path.iterdir()) == []  # no token, no runtime: nothing started
+
+
+def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    token_file = tmp_path / "shared.token"
+    token_file.write_text("a-perfectly-good-token-0123456789")
+    token_file.chmod(0o644)
+    error = mcp_serve_refusal(tmp_path, "--http", "0", "--token-file", str(token_file))
+    assert error == (
+        f"error: --token-file {token_file} is open to other users (mode 0644); "
+        f"make it yours alone: chmod 600 {token_file}"
+    )
+
+
+def test_where_the_token_comes_from(tmp_path: Path) -> None:
+    token_file = tmp_path / "given.token"
+    token_file.write_text("from-the-file-0123456789\n")
+    token_file.chmod(0o600)
+    env = {TOKEN_ENV: "  from-the-environment-0123  "}
+    # --token-file first, then $COTERIE_MCP_TOKEN, then a new token for <home>/mcp-serve.token.
+    from_file = http_auth(tmp_path, host="0.0.0.0", token_file=token_file, environ=env)
+    assert from_file.token == "from-the-file-0123456789" and from_file.write_to is None
+    from_env = http_auth(tmp_path, host="0.0.0.0", environ=env)
+    assert from_env.token == "from-the-environment-0123" and from_env.write_to is None
+    assert from_env.source == f"bearer token from ${TOKEN_ENV}"
+    generated = http_auth(tmp_path, host="127.0.0.1", environ={})
+    assert generated.write_to == tmp_path / TOKEN_FILE and generated.token
+    assert generated.token not in repr(generated)
+    # Published over an old file that others could read: the new one is 0600.
+    (tmp_path / TOKEN_FILE).write_text("old")
+    (tmp_path / TOKEN_FILE).chmod(0o644)
+    generated.publish()
+    assert (tmp_path / TOKEN_FILE).read_text() == generated.token + "\n"
+    assert (tmp_path / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+    # --no-auth on loopback: no token; too short a token, or group access, is refused.
+    assert http_auth(tmp_path, host="::1", no_auth=True).token is None
+    with pytest.raises(CoterieError, match=r"\$COTERIE_MCP_TOKEN does not hold a usable token"):
+        http_auth(tmp_path, host="127.0.0.1", environ={TOKEN_ENV: "short"})
+    token_file.chmod(0o640)
+    with pytest.raises(CoterieError, match="open to other users"):
+        http_auth(tmp_path, host="127.0.0.1", token_file=token_file)
+
+
+async def test_the_middleware_passes_the_lifespan_and_checks_every_request() -> None:
+    seen: list[str] = []
+
+    async def app(scope: Any, _receive: Any, _send: Any) -> None:
+        seen.append(scope["type"])
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request"}
+
+    gate = BearerAuth(app, "the-token-0123456789")
+    await gate({"type": "lifespan"}, receive, send)
+    ok_headers = [(b"authorization", b"BEARER  the-token-0123456789 ")]
+    await gate({"type": "http", "headers": ok_headers}, receive, send)
+    assert seen == ["lifespan", "http"] and sent == []
+    await gate(
+        {"type": "http", "headers": [(b"authorization", b"Bearer the-token")]}, receive, send
+    )
+    assert seen == ["lifespan", "http"] and sent[0]["status"] == 401

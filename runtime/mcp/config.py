@@ -309,7 +309,6 @@ def launch_for(
             headers=headers,
             call_timeout=cfg.timeout,
             startup_timeout=cfg.startup_timeout,
-            stderr_log=stderr_log,
         )
     extra = fill_references(cfg.env, persona_dir=persona_dir, environ=environ, what=what)
     if cfg.cwd == "workspace":

@@ -29,15 +29,11 @@ is ready every call fails at once (``server_unavailable``) instead of
 waiting. If the very first start fails, the session is ``failed`` and stays
 so (the hub decides when to try again); a failed *restart* is retried.
 
-**stdio** is our own small transport rather than the SDK's ``stdio_client``,
-for three reasons: the server gets exactly ``launch.env`` (the SDK merges in
-``HOME``, ``PATH``, … of our own environment), its stderr is appended to
-``launch.stderr_log`` (or discarded), and we know its process, so teardown
-can stop its whole process group: stdin closed, a grace, SIGTERM, SIGKILL,
-until no member is left (the SDK leaves a gracefully exited server's
-children alive on purpose). The line framing and the JSON-RPC parsing are
-the SDK's own. **HTTP** is the SDK's ``streamable_http_client`` over an
-``httpx2`` client carrying ``launch.headers``.
+**stdio** is our own small transport (:mod:`runtime.mcp._stdio`: exactly
+``launch.env``, stderr to ``launch.stderr_log``, teardown of the whole process
+group). **HTTP** is the SDK's ``streamable_http_client`` over an ``httpx2``
+client carrying ``launch.headers``. The SDK's types become our records in
+:mod:`runtime.mcp._convert`.
 
 ``notifications/tools/list_changed`` makes the session list the tools again
 (no restart); whenever the list differs, ``tools_version`` grows and
@@ -52,14 +48,10 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar, assert_never
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, assert_never
 
 import anyio
 import anyio.abc
@@ -70,24 +62,41 @@ from mcp.client import Transport
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from runtime.errors import ToolError
+from runtime.mcp._convert import (
+    call_result,
+    connection_lost,
+    exit_phrase,
+    leaf,
+    one_line,
+    prompt_info,
+    prompt_result,
+    resource_contents,
+    resource_info,
+    safe_url,
+    tool_info,
+)
+from runtime.mcp._stdio import (
+    CLOSE_GRACE_S,
+    KILL_GRACE_S,
+    SpawnError,
+    StdioChild,
+    stderr_hint,
+    stdio_transport,
+)
 from runtime.mcp.records import (
     McpCallResult,
     McpContent,
     McpLaunch,
-    McpPromptArgument,
     McpPromptInfo,
-    McpPromptMessage,
     McpPromptResult,
     McpResourceInfo,
     McpServerStatus,
     McpToolInfo,
     ServerState,
 )
-from runtime.shell.handle import group_members
 
 if TYPE_CHECKING:
     # The (read, write) pair a transport yields; only the protocol is public.
@@ -105,23 +114,10 @@ T = TypeVar("T")
 MAX_IN_FLIGHT = 64
 #: Pages of one ``*/list`` walk; a server that paginates forever cannot hang us.
 MAX_LIST_PAGES = 100
-#: Bytes of one line from a stdio server (an image result is one line).
-STDIO_LIMIT_BYTES = 50 * 1024 * 1024
-#: Seconds a stdio server gets to exit after its stdin closed, on close().
-CLOSE_GRACE_S = 2.0
-#: The same after a crash or a timeout (the server is dead or stuck anyway).
-RECYCLE_GRACE_S = 0.5
-#: Seconds a TERMed process group gets before KILL.
-KILL_GRACE_S = 2.0
 #: Seconds the teardown of one connection may take (the HTTP DELETE, say).
 TEARDOWN_S = 10.0
-#: Seconds between looks at whether a process has exited.
-EXIT_POLL_S = 0.02
-#: Characters of the server's stderr quoted in an error.
-STDERR_HINT_CHARS = 300
 
 _CLIENT_INFO = mt.Implementation(name="coterie", version="0.1.0")
-_STREAM_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 End = Literal["closed", "recycle", "crashed"]
 
@@ -157,11 +153,9 @@ class _Connection:
     start_error: str | None = None
     start_timed_out: bool = False
     error: BaseException | None = None
-    # stdio: the process, whether its stdout ended, its status when it ended.
-    proc: asyncio.subprocess.Process | None = None
-    stdout_closed: bool = False
-    exit_status: int | None = None
-    stderr_offset: int = 0
+    # stdio: the process, whether its stdout ended, its status when it ended
+    # (left empty over HTTP).
+    stdio: StdioChild = field(default_factory=StdioChild)
     warned_unreadable: bool = False
 
 
@@ -283,7 +277,7 @@ class McpSession:
 
         async def run(session: ClientSession) -> McpCallResult:
             result = await session.call_tool(name, arguments, read_timeout_seconds=seconds)
-            return _call_result(result)
+            return call_result(result)
 
         return await self._request(f"call_tool {name!r}", run, seconds)
 
@@ -296,7 +290,7 @@ class McpSession:
             cursor: str | None = None
             for _ in range(MAX_LIST_PAGES):
                 page = await session.list_resources(params=_page(cursor))
-                found.extend(_resource_info(r) for r in page.resources)
+                found.extend(resource_info(r) for r in page.resources)
                 if (cursor := page.next_cursor) is None:
                     break
             return found
@@ -309,7 +303,7 @@ class McpSession:
 
         async def run(session: ClientSession) -> list[McpContent]:
             result = await session.read_resource(uri)
-            return [_resource_contents(c) for c in result.contents]
+            return [resource_contents(c) for c in result.contents]
 
         return await self._request(f"read_resource {uri!r}", run, self._launch.call_timeout)
 
@@ -322,7 +316,7 @@ class McpSession:
             cursor: str | None = None
             for _ in range(MAX_LIST_PAGES):
                 page = await session.list_prompts(params=_page(cursor))
-                found.extend(_prompt_info(p) for p in page.prompts)
+                found.extend(prompt_info(p) for p in page.prompts)
                 if (cursor := page.next_cursor) is None:
                     break
             return found
@@ -334,14 +328,7 @@ class McpSession:
         self._require("prompts")
 
         async def run(session: ClientSession) -> McpPromptResult:
-            result = await session.get_prompt(name, arguments)
-            return McpPromptResult(
-                description=result.description,
-                messages=[
-                    McpPromptMessage(role=m.role, content=_content(m.content))
-                    for m in result.messages
-                ],
-            )
+            return prompt_result(await session.get_prompt(name, arguments))
 
         return await self._request(f"get_prompt {name!r}", run, self._launch.call_timeout)
 
@@ -437,9 +424,9 @@ class McpSession:
                         log.warning("MCP %s; restarting the session", detail)
                         self._restarts += 1
                         continue
-                    log.warning("MCP %s; restarting it in %g s", detail, delay)
                     if time.monotonic() - conn.ready_at >= self._backoff[1]:
                         delay = self._backoff[0]  # it ran a good while: a fresh crash
+                    log.warning("MCP %s; restarting it in %g s", detail, delay)
                 await self._pause(delay)
                 delay = min(delay * 2, self._backoff[1])
                 if not self._closing:
@@ -488,7 +475,7 @@ class McpSession:
                             await self._serve_connection(conn, session, scope)
                         finally:
                             scope.deadline = min(scope.deadline, anyio.current_time() + TEARDOWN_S)
-            except _StartError as exc:
+            except SpawnError as exc:
                 conn.start_error = str(exc)
             except Exception as exc:  # boundary: the error becomes the status or a call's error
                 conn.error = exc
@@ -548,7 +535,7 @@ class McpSession:
                 except MCPError as exc:
                     if exc.code == mt.REQUEST_TIMEOUT:
                         timed_out = True
-                    elif _connection_lost(exc):
+                    elif connection_lost(exc):
                         self._stop(conn, "crashed", self._lost_detail(exc))
                         return  # answered by the owner once it knows more
                     else:
@@ -570,7 +557,7 @@ class McpSession:
                         ToolError(
                             "mcp_error",
                             f"server {self._name!r} answered {request.what} unreadably: "
-                            f"{_one_line(exc)}",
+                            f"{one_line(exc)}",
                         ),
                     )
                 else:
@@ -663,7 +650,7 @@ class McpSession:
                 log.warning(
                     "MCP server %s sent something unreadable (ignored): %s",
                     self._name,
-                    _one_line(message),
+                    one_line(message),
                 )
             return
         if isinstance(message, mt.ToolListChangedNotification):
@@ -679,13 +666,13 @@ class McpSession:
                 try:
                     listed = await _list_tools(session)
                 except MCPError as exc:
-                    if _connection_lost(exc):
+                    if connection_lost(exc):
                         self._stop(conn, "crashed", self._lost_detail(exc))
                         return
-                    log.warning("MCP server %s: tools/list failed: %s", self._name, _one_line(exc))
+                    log.warning("MCP server %s: tools/list failed: %s", self._name, one_line(exc))
                 except (ValidationError, RuntimeError) as exc:
                     log.warning(
-                        "MCP server %s: unreadable tools/list: %s", self._name, _one_line(exc)
+                        "MCP server %s: unreadable tools/list: %s", self._name, one_line(exc)
                     )
             if listed is None:
                 return
@@ -697,7 +684,12 @@ class McpSession:
     def _transport(self, conn: _Connection) -> Transport:
         match self._launch.transport:
             case "stdio":
-                return self._stdio(conn)
+                return stdio_transport(
+                    self._launch,
+                    conn.stdio,
+                    on_lost=lambda detail: self._stop(conn, "crashed", detail),
+                    closed=lambda: conn.end == "closed",
+                )
             case "http":
                 return self._http()
             case _:
@@ -715,155 +707,50 @@ class McpSession:
         ):
             yield streams
 
-    @contextlib.asynccontextmanager
-    async def _stdio(self, conn: _Connection) -> AsyncIterator[TransportStreams]:
-        launch = self._launch
-        log_file, conn.stderr_offset = await asyncio.to_thread(_open_stderr_log, launch)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                launch.command,
-                *launch.args,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log_file if log_file is not None else asyncio.subprocess.DEVNULL,
-                env=dict(launch.env),
-                cwd=launch.cwd,
-                start_new_session=True,
-                limit=STDIO_LIMIT_BYTES,
-            )
-        except OSError as exc:
-            raise _StartError(_spawn_error(launch, exc)) from None
-        finally:
-            if log_file is not None:
-                log_file.close()
-        conn.proc = proc
-        assert proc.stdin is not None and proc.stdout is not None
-        stdin, stdout = proc.stdin, proc.stdout
-        to_session, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        write, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-
-        async def pump_stdout() -> None:
-            ended = f"server {self._name!r} closed its stdout"
-            async with to_session:
-                while True:
-                    try:
-                        line = await stdout.readline()
-                    except (ValueError, OSError) as exc:  # a line over the limit, a broken pipe
-                        ended = f"server {self._name!r} broke its stdout: {_one_line(exc)}"
-                        break
-                    if not line:
-                        break
-                    if not line.strip():
-                        continue
-                    try:
-                        item: SessionMessage | Exception = SessionMessage(
-                            mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                        )
-                    except ValidationError as exc:
-                        item = exc
-                    try:
-                        await to_session.send(item)
-                    except _STREAM_GONE:
-                        return
-            conn.stdout_closed = True
-            self._stop(conn, "crashed", ended)
-
-        async def pump_stdin() -> None:
-            try:
-                async with from_session:
-                    async for message in from_session:
-                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                        stdin.write(data.encode() + b"\n")
-                        await stdin.drain()
-            except (ConnectionError, OSError):
-                # The server stopped reading: end the read side so nothing hangs.
-                await to_session.aclose()
-                self._stop(conn, "crashed", f"server {self._name!r} stopped reading its stdin")
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pump_stdout)
-            tg.start_soon(pump_stdin)
-            try:
-                yield read, write
-            finally:
-                with anyio.CancelScope(shield=True):
-                    write.close()
-                    read.close()
-                    grace = CLOSE_GRACE_S if conn.end == "closed" else RECYCLE_GRACE_S
-                    await self._stop_process(conn, proc, grace)
-                tg.cancel_scope.cancel()
-
-    async def _stop_process(
-        self, conn: _Connection, proc: asyncio.subprocess.Process, grace: float
-    ) -> None:
-        """Close stdin, give the server ``grace`` to exit, then stop its whole group."""
-        if proc.stdin is not None:
-            proc.stdin.close()
-        await _wait_exit(proc, grace)
-        conn.exit_status = proc.returncode  # before we signal it: its own status
-        pgid = proc.pid
-        if proc.returncode is None or await asyncio.to_thread(_group_lives, pgid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGTERM)
-            await _wait_exit(proc, KILL_GRACE_S)
-            deadline = time.monotonic() + KILL_GRACE_S
-            while await asyncio.to_thread(_group_lives, pgid) and time.monotonic() < deadline:
-                await asyncio.sleep(EXIT_POLL_S * 5)
-        deadline = time.monotonic() + KILL_GRACE_S * 2
-        while proc.returncode is None or await asyncio.to_thread(_group_lives, pgid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-            if time.monotonic() > deadline:
-                log.warning("MCP server %s: process group %s survives SIGKILL", self._name, pgid)
-                break
-            await asyncio.sleep(EXIT_POLL_S)
-        # With the group gone the pipes close and the subprocess transport ends.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
-
     # -- readable errors ---------------------------------------------------------
 
     async def _start_error(self, conn: _Connection) -> str:
         """One line saying why ``conn`` never got ready."""
-        name, launch = self._name, self._launch
+        name, launch, child = self._name, self._launch, conn.stdio
         if conn.start_error is not None:
             return conn.start_error
         if conn.start_timed_out:
             return (
                 f"server {name!r} did not initialize within {launch.startup_timeout:g} s"
-                f"{await self._stderr_hint(conn)}"
+                f"{await stderr_hint(launch, child.stderr_offset)}"
             )
-        if conn.proc is not None and (conn.stdout_closed or conn.exit_status is not None):
+        if child.proc is not None and (child.stdout_closed or child.exit_status is not None):
             how = "closed its stdout"
-            if conn.exit_status is not None:
-                how = _exit_phrase(conn.exit_status)
-            return f"server {name!r} {how} before it initialized{await self._stderr_hint(conn)}"
-        exc = _leaf(conn.error)
+            if child.exit_status is not None:
+                how = exit_phrase(child.exit_status)
+            hint = await stderr_hint(launch, child.stderr_offset)
+            return f"server {name!r} {how} before it initialized{hint}"
+        exc = leaf(conn.error)
         if isinstance(exc, httpx2.HTTPError):
-            return f"server {name!r}: cannot reach {_safe_url(launch.url)}: {_one_line(exc)}"
+            return f"server {name!r}: cannot reach {safe_url(launch.url)}: {one_line(exc)}"
         if isinstance(exc, MCPError):
-            if _connection_lost(exc):
+            if connection_lost(exc):
                 return f"server {name!r} closed the connection before it initialized: {exc.message}"
             return f"server {name!r} refused to initialize: {exc.message}"
         if exc is not None:
-            return f"server {name!r} failed to start: {_one_line(exc)}"
+            return f"server {name!r} failed to start: {one_line(exc)}"
         return f"server {name!r} failed to start"
 
     async def _end_detail(self, conn: _Connection) -> str:
         """One line saying why a ready ``conn`` ended."""
-        name = self._name
+        name, child = self._name, conn.stdio
         if conn.end == "recycle" and conn.detail:
             return conn.detail
-        if conn.proc is not None and conn.exit_status is not None:
-            return f"server {name!r} {_exit_phrase(conn.exit_status)}"
+        if child.proc is not None and child.exit_status is not None:
+            return f"server {name!r} {exit_phrase(child.exit_status)}"
         if conn.detail:
             return conn.detail
-        exc = _leaf(conn.error)
+        exc = leaf(conn.error)
         if isinstance(exc, httpx2.HTTPError):
-            url = _safe_url(self._launch.url)
-            return f"server {name!r} is unreachable at {url}: {_one_line(exc)}"
+            url = safe_url(self._launch.url)
+            return f"server {name!r} is unreachable at {url}: {one_line(exc)}"
         if exc is not None:
-            return f"server {name!r} failed: {_one_line(exc)}"
+            return f"server {name!r} failed: {one_line(exc)}"
         return f"server {name!r} stopped"
 
     def _lost_detail(self, exc: MCPError) -> str:
@@ -871,19 +758,8 @@ class McpSession:
             return f"server {self._name!r} dropped the connection ({exc.message})"
         return f"server {self._name!r} closed the connection"
 
-    async def _stderr_hint(self, conn: _Connection) -> str:
-        path = self._launch.stderr_log
-        if path is None:
-            return ""
-        tail = await asyncio.to_thread(_last_line, Path(path), conn.stderr_offset)
-        return f"; stderr: {tail}" if tail else ""
-
 
 # -- helpers ---------------------------------------------------------------------
-
-
-class _StartError(Exception):
-    """The server could not even be spawned (the message is the status error)."""
 
 
 def _answer(request: _Request, error: BaseException | None = None, *, value: Any = None) -> None:
@@ -896,14 +772,6 @@ def _answer(request: _Request, error: BaseException | None = None, *, value: Any
         future.set_result(value)
 
 
-def _connection_lost(exc: MCPError) -> bool:
-    # stdio EOF and a dropped HTTP stream are CONNECTION_CLOSED; an HTTP
-    # server that restarted has forgotten our session id.
-    return exc.code == mt.CONNECTION_CLOSED or (
-        exc.code == mt.INVALID_REQUEST and exc.message == "Session terminated"
-    )
-
-
 def _page(cursor: str | None) -> mt.PaginatedRequestParams | None:
     return mt.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
 
@@ -913,176 +781,10 @@ async def _list_tools(session: ClientSession) -> list[McpToolInfo]:
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
         page = await session.list_tools(params=_page(cursor))
-        found.extend(_tool_info(t) for t in page.tools)
+        found.extend(tool_info(t) for t in page.tools)
         if (cursor := page.next_cursor) is None:
             break
     return found
-
-
-def _tool_info(tool: mt.Tool) -> McpToolInfo:
-    return McpToolInfo(
-        name=tool.name,
-        title=tool.title,
-        description=tool.description or "",
-        input_schema=tool.input_schema,
-        output_schema=tool.output_schema,
-        annotations=tool.annotations.model_dump(exclude_none=True) if tool.annotations else {},
-    )
-
-
-def _resource_info(resource: mt.Resource) -> McpResourceInfo:
-    return McpResourceInfo(
-        uri=resource.uri,
-        name=resource.name,
-        title=resource.title,
-        description=resource.description,
-        mime_type=resource.mime_type,
-    )
-
-
-def _prompt_info(prompt: mt.Prompt) -> McpPromptInfo:
-    return McpPromptInfo(
-        name=prompt.name,
-        title=prompt.title,
-        description=prompt.description,
-        arguments=[
-            McpPromptArgument(name=a.name, description=a.description, required=bool(a.required))
-            for a in prompt.arguments or []
-        ],
-    )
-
-
-def _resource_contents(
-    contents: mt.TextResourceContents | mt.BlobResourceContents,
-) -> McpContent:
-    if isinstance(contents, mt.TextResourceContents):
-        return McpContent(
-            type="resource", uri=contents.uri, mime_type=contents.mime_type, text=contents.text
-        )
-    return McpContent(
-        type="resource", uri=contents.uri, mime_type=contents.mime_type, data=contents.blob
-    )
-
-
-def _content(block: mt.ContentBlock) -> McpContent:
-    match block:
-        case mt.TextContent():
-            return McpContent(type="text", text=block.text)
-        case mt.ImageContent():
-            return McpContent(type="image", data=block.data, mime_type=block.mime_type)
-        case mt.AudioContent():
-            return McpContent(type="audio", data=block.data, mime_type=block.mime_type)
-        case mt.ResourceLink():
-            return McpContent(
-                type="resource_link", uri=block.uri, name=block.name, mime_type=block.mime_type
-            )
-        case mt.EmbeddedResource():
-            return _resource_contents(block.resource)
-        case _:
-            assert_never(block)
-
-
-def _call_result(result: mt.CallToolResult) -> McpCallResult:
-    structured = result.structured_content
-    if structured is not None and not isinstance(structured, dict):
-        # Only a 2026-07-28 session may carry a non-object; we speak 2025-11-25.
-        structured = {"value": structured}
-    return McpCallResult(
-        content=[_content(block) for block in result.content],
-        structured=structured,
-        is_error=result.is_error,
-    )
-
-
-def _open_stderr_log(launch: McpLaunch) -> tuple[IO[bytes] | None, int]:
-    """The server's stderr log opened for appending, and where this run starts (blocking)."""
-    if launch.stderr_log is None:
-        return None, 0
-    path = Path(launch.stderr_log)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "ab")  # noqa: SIM115 - handed to the child, closed after spawn
-    offset = f.seek(0, os.SEEK_END)
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    f.write(f"--- coterie {stamp}: MCP server {launch.name}: {launch.command}\n".encode())
-    f.flush()
-    return f, offset
-
-
-def _last_line(path: Path, start: int) -> str:
-    """The last non-empty stderr line written since ``start`` (blocking)."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(start, size - 8 * STDERR_HINT_CHARS))
-            data = f.read()
-    except OSError:
-        return ""
-    lines = [
-        ln.strip()
-        for ln in data.decode("utf-8", errors="replace").splitlines()
-        if ln.strip() and not ln.startswith("--- coterie ")
-    ]
-    return lines[-1][:STDERR_HINT_CHARS] if lines else ""
-
-
-def _spawn_error(launch: McpLaunch, exc: OSError) -> str:
-    name, command = launch.name, launch.command
-    if isinstance(exc, FileNotFoundError):
-        if launch.cwd is not None and exc.filename == launch.cwd:
-            return f"server {name!r}: working directory {launch.cwd!r} does not exist"
-        return f"server {name!r}: command {command!r} not found"
-    if isinstance(exc, PermissionError):
-        return f"server {name!r}: command {command!r} is not executable (permission denied)"
-    return f"server {name!r}: cannot run {command!r}: {exc.strerror or exc}"
-
-
-def _exit_phrase(status: int) -> str:
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with status {status}"
-
-
-async def _wait_exit(proc: asyncio.subprocess.Process, timeout: float) -> None:
-    """Wait until ``proc`` exited, at most ``timeout`` s.
-
-    Not ``proc.wait()``: that also waits for the pipes to close, which a
-    child that inherited them may never do.
-    """
-    deadline = time.monotonic() + timeout
-    while proc.returncode is None and time.monotonic() < deadline:
-        await asyncio.sleep(EXIT_POLL_S)
-
-
-def _group_lives(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie (blocking)."""
-    return bool(group_members(pgid, zombies=False))
-
-
-def _leaf(exc: BaseException | None) -> BaseException | None:
-    """The first real error inside (nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = next(
-            (e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)),
-            exc.exceptions[0],
-        )
-    return exc
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:STDERR_HINT_CHARS]
-
-
-def _safe_url(url: str) -> str:
-    """``url`` without credentials, query or fragment (they may hold secrets)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}"
 
 
 __all__ = ["McpSession"]

@@ -147,7 +147,6 @@ def _server_tool_spec(hub: McpHub, server: str, info: McpToolInfo, timeout: floa
         args_model=PassThrough,
         fn=call,
         timeout=timeout + TIMEOUT_MARGIN,
-        allow_repeat=not info.annotations.get("read_only_hint", False),
         parameters=schema,
         annotations=dict(info.annotations),
     )
