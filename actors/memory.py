@@ -2,7 +2,9 @@
 
 One per runtime, named; it owns the LanceDB tables and the embedding model,
 so personas load neither. Its process gets the embedder's thread settings in
-its environment (``memory.embed_threads``).
+its environment (``memory.embed_threads``), and it is where ``memory.embedder:
+auto`` is decided: by the packages and the environment of the node it runs on
+(``embedder_choice`` reports the outcome).
 """
 
 from __future__ import annotations

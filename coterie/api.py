@@ -56,10 +56,13 @@ from runtime.config import (
 from runtime.connectors import ConnectorInfo, OutboundMessage
 from runtime.errors import ActorLostError, CoterieError, DeliveryError, UnknownPersonaError
 from runtime.memory import MemoryClient, RecallHit
+from runtime.memory.choice import EmbedderChoice
 from runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
 from runtime.routing import Directory, PersonaInfo, RouterStatus
 
 DEFAULT_ASK_TIMEOUT = 120.0
+#: Seconds a status waits for the memory store (it may still be starting).
+MEMORY_STATUS_TIMEOUT = 10.0
 T = TypeVar("T")
 
 
@@ -583,7 +586,25 @@ class Runtime:
             "connectors": [c.model_dump() for c in router.connectors],
             "outbound_waiting": router.outbound_waiting,
             "audit": audit.model_dump(),
+            "memory": await self._memory_status(),
         }
+
+    async def _memory_status(self) -> dict[str, Any]:
+        """The memory store's embedder and why it was chosen — or why there is
+        none: a status reports a store that cannot open instead of failing."""
+        try:
+            choice: EmbedderChoice = await asyncio.wait_for(
+                remote(read(lambda: self.memory.embedder_choice.remote())),
+                MEMORY_STATUS_TIMEOUT,
+            )
+        except TimeoutError:
+            return {
+                "embedder": None,
+                "error": f"the memory store did not answer within {MEMORY_STATUS_TIMEOUT:g} s",
+            }
+        except Exception as exc:  # reported in the status, e.g. minilm not installed
+            return {"embedder": None, "error": f"{type(exc).__name__}: {exc}"}
+        return {"embedder": choice.model_dump(), "description": choice.describe()}
 
     # -- the connectors' outbox (the router holds it) ---------------------
 

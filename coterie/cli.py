@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -65,10 +66,12 @@ def cmd_personas(args: argparse.Namespace) -> int:
             [(p["name"], "yes" if p["active"] else "", p["description"]) for p in listed],
             title=f"personas in {home} (served at {server.state.url})",
         )
+        _print_memory_line(server.get("/v1/status").get("memory", {}))
         return 0
     names = persona_names(home)
     if not names:
         console.print(f"No personas in {home / 'personas'} — run `coterie demo` to install some.")
+        _print_memory_line(_local_memory_status(home))
         return 0
     rows: list[tuple[str, ...]] = []
     for name in names:
@@ -79,7 +82,35 @@ def cmd_personas(args: argparse.Namespace) -> int:
         except PersonaConfigError as exc:
             rows.append((name, "invalid", "", str(exc).splitlines()[1].strip()))
     print_table(["persona", "provider", "model", "description"], rows, title=f"personas in {home}")
+    _print_memory_line(_local_memory_status(home))
     return 0
+
+
+def _local_memory_status(home: Path) -> dict[str, Any]:
+    """The embedder a runtime started from here would give the memory store
+    (what ``/v1/status`` reports of a running one), decided in this process."""
+    from runtime.config import load_settings
+    from runtime.memory.choice import choose_embedder
+
+    try:
+        settings = load_settings(home).memory
+        uri = settings.uri or str(home / "memory")
+        recorded = None
+        if "://" in uri or Path(uri).exists():  # only an existing store has an embedder
+            from runtime.memory.server import recorded_embedder
+
+            recorded = recorded_embedder(uri, storage_options=settings.storage_options or None)
+        choice = choose_embedder(settings, recorded=recorded)
+    except CoterieError as exc:  # e.g. minilm asked for but not installed
+        return {"embedder": None, "error": str(exc)}
+    return {"embedder": choice.model_dump(), "description": choice.describe()}
+
+
+def _print_memory_line(memory: dict[str, Any]) -> None:
+    if memory.get("error"):
+        err_console.print(f"memory: {memory['error']}", style="red", markup=False, highlight=False)
+    elif memory.get("description"):
+        console.print(f"memory: {memory['description']}", markup=False, highlight=False)
 
 
 def _ask_server(server: ServerClient, persona: str, text: str, conversation: str | None) -> Any:
@@ -320,6 +351,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     connectors = ", ".join(c["id"] for c in data["connectors"]) or "none"
     console.print(f"connectors: {connectors}; waiting to send: {data['outbound_waiting']}")
+    _print_memory_line(data.get("memory", {}))
     return 0
 
 

@@ -319,9 +319,12 @@ class MemorySettings(_Strict):
         description="LanceDB directory or object-store URI (default <home>/memory)",
     )
     storage_options: dict[str, str] = Field(default_factory=dict)
-    # minilm: all-MiniLM-L6-v2, offline; openai: the embeddings API;
-    # hashing: a tiny deterministic embedder meant for tests only.
-    embedder: Literal["minilm", "openai", "hashing"] = "minilm"
+    # auto: the store's own embedder if it can run, else the local model if
+    # installed, else the embeddings API if its key is set, else none (see
+    # runtime.memory.choice.choose_embedder). minilm: all-MiniLM-L6-v2,
+    # offline (coterie[local]); openai: the embeddings API; hashing: a tiny
+    # deterministic embedder meant for tests only; none: full-text recall only.
+    embedder: Literal["auto", "minilm", "openai", "hashing", "none"] = "auto"
     openai_model: str = "text-embedding-3-small"
     openai_base_url: str | None = None
     openai_api_key_env: str = "OPENAI_API_KEY"
@@ -332,7 +335,7 @@ class MemorySettings(_Strict):
     embed_threads: int | None = Field(
         default=1,
         ge=1,
-        description="torch threads of the process that runs the minilm embedder (null: one a core)",
+        description="threads of the process that runs the local embedder (null: one a core)",
     )
 
 

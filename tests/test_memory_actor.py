@@ -139,3 +139,11 @@ async def test_user_model_cached_per_persona(rt: Runtime) -> None:
     assert [r.content for r in await client.user_model()] == ["Run a marathon"]
     other = MemoryClient(memory_backend(rt.memory), "someone-else")
     assert await other.user_model() == []
+
+
+async def test_the_status_names_the_memory_embedder(rt: Runtime) -> None:
+    choice = await rt.memory.embedder_choice.remote()
+    assert (choice.kind, choice.name, choice.configured) == ("hashing", "hashing-256", "hashing")
+    memory = (await rt.status_async())["memory"]
+    assert memory["embedder"] == choice.model_dump()
+    assert memory["description"].startswith("hashing-256 (test embedder) — set in memory.embedder")

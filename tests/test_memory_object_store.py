@@ -39,3 +39,15 @@ def test_memory_store_on_s3_uri(s3_endpoint: str) -> None:
     hits = again.recall("ana", query="object store")
     assert {h.tag for h in hits} == {f"[memory {row.id}]", "[knowledge doc#0]"}
     assert again.counts("ana") == {"memories": 1, "knowledge": 1, "user_model": 0}
+
+
+def test_the_embedder_of_a_store_on_s3_is_read_back(s3_endpoint: str) -> None:
+    from runtime.memory.server import recorded_embedder
+
+    options = {"aws_endpoint": s3_endpoint, "allow_http": "true", **KEYS}
+    uri = "s3://coterie/recorded"
+    assert recorded_embedder(uri, storage_options=options) is None  # nothing written yet
+    MemoryStore(uri, HashingEmbedder(dim=32), storage_options=options).write_memory(
+        "ana", category="c", content="x"
+    )
+    assert recorded_embedder(uri, storage_options=options) == ("hashing-32", 32)

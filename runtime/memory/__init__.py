@@ -26,17 +26,23 @@ from runtime.memory.records import (
 )
 
 if TYPE_CHECKING:
+    from runtime.memory.choice import (
+        EmbedderChoice,
+        LazyEmbedder,
+        build_embedder,
+        choose_embedder,
+        embedder_from_settings,
+        embedder_process_env,
+    )
     from runtime.memory.chunking import chunk_spans, chunk_text
     from runtime.memory.documents import read_document
     from runtime.memory.embedders import (
         Embedder,
+        FullTextOnly,
         HashingEmbedder,
-        LazyEmbedder,
         MiniLMEmbedder,
+        NumpyMiniLMEmbedder,
         OpenAIEmbedder,
-        build_embedder,
-        embedder_from_settings,
-        embedder_process_env,
     )
     from runtime.memory.server import MemoryServer, open_store
     from runtime.memory.store import MemoryStore
@@ -47,13 +53,17 @@ _LAZY = {
     "chunk_text": "chunking",
     "read_document": "documents",
     "Embedder": "embedders",
+    "FullTextOnly": "embedders",
     "HashingEmbedder": "embedders",
-    "LazyEmbedder": "embedders",
     "MiniLMEmbedder": "embedders",
+    "NumpyMiniLMEmbedder": "embedders",
     "OpenAIEmbedder": "embedders",
-    "build_embedder": "embedders",
-    "embedder_from_settings": "embedders",
-    "embedder_process_env": "embedders",
+    "EmbedderChoice": "choice",
+    "LazyEmbedder": "choice",
+    "build_embedder": "choice",
+    "choose_embedder": "choice",
+    "embedder_from_settings": "choice",
+    "embedder_process_env": "choice",
     "MemoryServer": "server",
     "open_store": "server",
     "MemoryStore": "store",
@@ -72,6 +82,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "RECOMMENDED_DIMENSIONS",
     "Embedder",
+    "EmbedderChoice",
+    "FullTextOnly",
     "HashingEmbedder",
     "IngestResult",
     "LazyEmbedder",
@@ -84,11 +96,13 @@ __all__ = [
     "MemoryStore",
     "MiniLMEmbedder",
     "Mode",
+    "NumpyMiniLMEmbedder",
     "OpenAIEmbedder",
     "RecallHit",
     "Source",
     "UserModelRow",
     "build_embedder",
+    "choose_embedder",
     "chunk_spans",
     "chunk_text",
     "embedder_from_settings",

@@ -1,6 +1,6 @@
 """The LanceDB adapter of :mod:`runtime.memory.store`: the only module that
-calls LanceDB — connections, schemas, tables and indexes, writes, filters,
-searches, and RRF.
+calls LanceDB — connections, schemas, tables and indexes, writes, filters
+and searches.
 
 Nothing here knows about personas' semantics. ``lancedb`` and ``pyarrow`` are
 imported inside functions so that ``import runtime`` does not load them.
@@ -14,11 +14,11 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from runtime.errors import ConfigError
 
@@ -47,7 +47,6 @@ __all__ = [
     "ranked",
     "ranked_many",
     "replace_where",
-    "rrf",
     "scan",
     "schema_for",
     "submit",
@@ -85,9 +84,6 @@ _VECTOR_INDEX_NAME = re.compile(r"vector_ivf(\d+)")
 #: (94%). A persona with few rows in a large shared table still gets all of
 #: them: with a selective prefilter LanceDB searches the matching rows exactly.
 NPROBES = 48
-
-
-K = TypeVar("K", bound=Hashable)
 
 
 def connect(
@@ -419,6 +415,11 @@ class Search:
 
     ``skip_if_empty``: first count the rows ``where`` matches (an index
     lookup) and return none without searching when there are none.
+    ``rerank``: for a vector search through the IVF index, the fewest of the
+    index's nearest rows (by quantised distance) whose exact distances choose
+    the best ``limit`` (``limit`` itself when smaller). So a search of a few
+    rows finds the best of a search of ``rerank`` rows — or closer ones —
+    without reading the other rows' columns.
     """
 
     table: Table
@@ -427,6 +428,12 @@ class Search:
     columns: list[str]
     limit: int
     skip_if_empty: bool = False
+    rerank: int = 0
+
+    @property
+    def refine_factor(self) -> int:
+        """LanceDB's ``refine_factor`` for :attr:`rerank`: rows re-ranked per row kept."""
+        return max(1, -(-self.rerank // max(1, self.limit)))
 
 
 def ranked(
@@ -499,7 +506,7 @@ async def _ranked_all(
             builder, score = builder.nearest_to_text(search.query, columns="content"), "_score"
         else:
             vector = builder.nearest_to(search.query).column("vector")
-            builder, score = _vector_options(vector), "_distance"
+            builder, score = _vector_options(vector, search.refine_factor), "_distance"
         # Filters are prefilters in the async API (``postfilter()`` opts out).
         table: pa.Table = (
             await builder.where(search.where)
@@ -522,7 +529,7 @@ def _ranked_sync(search: Search) -> list[dict[str, Any]]:
         builder, score = find(search.query, query_type="fts", fts_columns="content"), "_score"
     else:
         vector = find(search.query, vector_column_name="vector")
-        builder, score = _vector_options(vector), "_distance"
+        builder, score = _vector_options(vector, search.refine_factor), "_distance"
     # Naming the score column keeps Lance from warning about auto-projection.
     rows: list[dict[str, Any]] = (
         builder.where(search.where, prefilter=True)
@@ -534,25 +541,11 @@ def _ranked_sync(search: Search) -> list[dict[str, Any]]:
     return rows
 
 
-def _vector_options(builder: Any) -> Any:
+def _vector_options(builder: Any, refine_factor: int) -> Any:
     """Cosine; for an IVF index, :data:`NPROBES` partitions and exact distances
-    for the results (refine factor 1: the quantised distances only choose the
-    candidates, so ``distance`` stays the true cosine distance)."""
-    return builder.distance_type("cosine").nprobes(NPROBES).refine_factor(1)
-
-
-def rrf(ranked_lists: Iterable[Sequence[K]], *, k: int = 60) -> dict[K, float]:
-    """Reciprocal-rank fusion: ``score(d) = Σ 1 / (k + rank(d))`` over the lists.
-
-    Only ranks matter, so lists whose own scores are incomparable (cosine
-    distance, BM25) fuse cleanly; ``k = 60`` is the constant of Cormack et
-    al. (2009) and damps the weight of the very top ranks.
-    """
-    scores: dict[K, float] = {}
-    for ranked in ranked_lists:
-        for rank, key in enumerate(ranked, start=1):
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
-    return scores
+    for the results (a refine factor of 1 or more: the quantised distances only
+    choose the candidates, so ``distance`` stays the true cosine distance)."""
+    return builder.distance_type("cosine").nprobes(NPROBES).refine_factor(refine_factor)
 
 
 def finite_or_none(value: Any) -> float | None:

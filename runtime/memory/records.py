@@ -50,10 +50,13 @@ class MemoryRow(_Frozen):
 class RecallHit(_Frozen):
     """One recall result: a memory or a knowledge chunk.
 
-    ``score`` is the fused RRF score (``None`` for the empty-query and
-    ``date`` listings, which are not ranked by relevance). ``distance``
-    (cosine) and ``bm25`` are the legs' own scores when the hit came from
-    that leg.
+    ``score`` is the relevance in ``[0, 1]`` that ranked the hit: in hybrid
+    mode ``(1 - w) * cosine similarity + w * BM25 / the query's best BM25``,
+    ``w`` the query's full-text weight (see :mod:`runtime.memory.fusion`); the
+    cosine similarity alone in ``vector`` mode and the relative BM25 in
+    ``fts`` mode. ``None`` for the empty-query and ``date`` listings, which
+    are not ranked by relevance. ``distance`` (cosine) and ``bm25`` are the
+    legs' own scores when the hit came from that leg.
     """
 
     kind: Literal["memory", "knowledge"]

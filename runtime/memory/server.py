@@ -6,6 +6,10 @@ arriving close together are coalesced into one batch (one embedding call,
 one table write); index maintenance runs on a timer in a worker thread and
 never blocks queries. Every call names its persona; :class:`MemoryClient`
 binds one.
+
+The embedder is chosen when the store opens (:func:`open_store`, from
+``memory.embedder`` and what the store already holds), said once in the log,
+and reported by :meth:`MemoryServer.embedder_choice`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any
 
 from runtime.config import MemorySettings
 from runtime.errors import ToolError
-from runtime.memory.embedders import LazyEmbedder
+from runtime.memory import _lance
+from runtime.memory.choice import EmbedderChoice, choose_embedder, embedder_for
 from runtime.memory.records import (
     IngestResult,
     MemoryInput,
@@ -64,9 +69,48 @@ def _settle(
 
 def open_store(uri: str, settings: MemorySettings) -> MemoryStore:
     """The store of ``settings`` at ``uri``; its embedder loads on first use."""
-    return MemoryStore(
-        uri, LazyEmbedder(settings), storage_options=settings.storage_options or None
+    return open_store_with_choice(uri, settings)[0]
+
+
+def open_store_with_choice(
+    uri: str, settings: MemorySettings
+) -> tuple[MemoryStore, EmbedderChoice]:
+    """The store at ``uri`` and the embedder chosen for it (logged once here).
+
+    Raises :class:`~runtime.errors.ConfigError` when the settings ask for an
+    embedder that is not installed.
+    """
+    storage_options = settings.storage_options or None
+    recorded = recorded_embedder(uri, storage_options=storage_options)
+    choice = choose_embedder(settings, recorded=recorded)
+    # Falling back to full text is worth a warning (shown without logging
+    # set up); any other choice is said at INFO.
+    degraded = choice.kind == "none" and choice.configured == "auto"
+    log.log(
+        logging.WARNING if degraded else logging.INFO, "memory at %s: %s", uri, choice.describe()
     )
+    embedder = embedder_for(choice, settings, recorded=recorded)
+    return MemoryStore(uri, embedder, storage_options=storage_options), choice
+
+
+def recorded_embedder(
+    uri: str, *, storage_options: dict[str, str] | None = None
+) -> tuple[str, int] | None:
+    """``(name, dim)`` of the embedder whose vectors the store at ``uri``
+    holds, read from its tables' schema; ``None`` while it has none.
+
+    Reads LanceDB directly (a schema, nothing else): this belongs beside
+    ``_lance.open_table``'s own check and is here only until it moves there.
+    """
+    db = _lance.connect(uri, storage_options=storage_options)
+    for name in _lance.SEARCHABLE:
+        try:
+            schema = db.open_table(name).schema
+        except ValueError:  # LanceDB's "was not found"
+            continue
+        found = (schema.metadata or {}).get(_lance._EMBEDDER_KEY)
+        return (found.decode() if found else "?", int(schema.field("vector").type.list_size))
+    return None
 
 
 class MemoryServer:
@@ -91,6 +135,7 @@ class MemoryServer:
         self.uri = uri
         self.settings = settings or MemorySettings()
         self._store = store
+        self._choice: EmbedderChoice | None = None
         self._store_lock: asyncio.Lock | None = None
         self._batch_window = batch_window
         self._max_batch = max_batch
@@ -116,8 +161,11 @@ class MemoryServer:
                 self._store_lock = asyncio.Lock()
             async with self._store_lock:
                 if self._store is None:
-                    # Opening tables (and maybe loading a model) takes seconds: off the loop.
-                    self._store = await asyncio.to_thread(open_store, self.uri, self.settings)
+                    # Opening a store reads its tables' schema: off the loop.
+                    store, self._choice = await asyncio.to_thread(
+                        open_store_with_choice, self.uri, self.settings
+                    )
+                    self._store = store
         if self._maintenance is None:
             self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
         return self._store
@@ -271,12 +319,19 @@ class MemoryServer:
         self.optimizations += 1
         return done
 
+    async def embedder_choice(self) -> EmbedderChoice:
+        """The embedder this server's store runs with, and why (opens the store)."""
+        store = await self._get_store()
+        if self._choice is None:  # served an open store: it came with its embedder
+            self._choice = EmbedderChoice.of(store.embedder, configured=self.settings.embedder)
+        return self._choice
+
     async def stats(self) -> MemoryStats:
         store = await self._get_store()
         return MemoryStats(
             pid=os.getpid(),
             uri=self.uri,
-            embedder=store.embedder.name,
+            embedder=(await self.embedder_choice()).name,
             rows=await asyncio.to_thread(store.counts),
             writes=self.writes,
             write_batches=self.batches,
@@ -298,4 +353,11 @@ class MemoryServer:
             self._maintenance = None
 
 
-__all__ = ["BATCH_WINDOW", "MAX_BATCH", "MemoryServer", "open_store"]
+__all__ = [
+    "BATCH_WINDOW",
+    "MAX_BATCH",
+    "MemoryServer",
+    "open_store",
+    "open_store_with_choice",
+    "recorded_embedder",
+]
