@@ -144,7 +144,10 @@ class McpClient:
 
     def close(self) -> None:
         if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._closing.set)
+            try:
+                self._loop.call_soon_threadsafe(self._closing.set)
+            except RuntimeError:  # the loop just closed: the session ended by itself
+                pass
             self._thread.join(60)
 
 
