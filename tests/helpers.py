@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+from aiohttp import web
 
 from runtime.context import TurnContext
 from runtime.testing import turn_context
@@ -57,3 +59,45 @@ def asker(description: str = "asks back") -> dict[str, Any]:
         ],
         description=description,
     )
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def hashing_embeddings(
+    inputs: list[list[str]], *, dim: int = 48, key: str | None = None
+) -> Handler:
+    """An OpenAI-style ``POST /v1/embeddings`` handler answering the hashing
+    embedder's vectors; it records each request's inputs in ``inputs`` and,
+    with ``key``, asserts the bearer token."""
+    from runtime.memory import HashingEmbedder
+
+    hashing = HashingEmbedder(dim)
+
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        if key is not None:
+            assert request.headers["Authorization"] == f"Bearer {key}"
+        inputs.append(body["input"])
+        data = [
+            {"object": "embedding", "index": i, "embedding": vector}
+            for i, vector in enumerate(hashing.embed(body["input"]))
+        ]
+        usage = {"prompt_tokens": 1, "total_tokens": 1}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body["model"], "usage": usage}
+        )
+
+    return embeddings
+
+
+async def serve_embeddings(handler: Handler) -> tuple[web.AppRunner, str]:
+    """``handler`` at ``POST /v1/embeddings`` on a free local port: the runner
+    (clean it up) and the base URL."""
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}/v1"

@@ -9,13 +9,11 @@ reached through the real ``openai`` client.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import yaml
-from aiohttp import web
 
 from coterie import cli
 from runtime.config import MemorySettings, load_persona
@@ -28,7 +26,7 @@ from runtime.memory.server import open_store_with_choice, recorded_embedder
 from runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
 from runtime.models.scripted import ScriptedModel, tool_call
 from runtime.persona import PersonaRuntime
-from tests.helpers import scripted, write_persona
+from tests.helpers import hashing_embeddings, scripted, serve_embeddings, write_persona
 from tools import builtin_registry
 
 KEY_ENV = "TEST_AUTO_EMBED_KEY"
@@ -129,39 +127,13 @@ def test_a_choice_crosses_process_boundaries_as_a_model() -> None:
 # -- a store whose embedder is the embeddings API ------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def embeddings_server() -> AsyncIterator[tuple[str, list[list[str]]]]:
     """``POST /v1/embeddings`` answering hashing vectors; records the inputs."""
     inputs: list[list[str]] = []
-    hashing = HashingEmbedder(48)
-
-    async def embeddings(request: web.Request) -> web.Response:
-        body = await request.json()
-        assert request.headers["Authorization"] == "Bearer sk-test"
-        inputs.append(body["input"])
-        data = [
-            {"object": "embedding", "index": i, "embedding": vector}
-            for i, vector in enumerate(hashing.embed(body["input"]))
-        ]
-        usage = {"prompt_tokens": 1, "total_tokens": 1}
-        return web.json_response(
-            {"object": "list", "data": data, "model": body["model"], "usage": usage}
-        )
-
-    app = web.Application()
-    app.router.add_post("/v1/embeddings", embeddings)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    runner, base_url = await serve_embeddings(hashing_embeddings(inputs, key="sk-test"))
     try:
-        yield f"http://127.0.0.1:{port}/v1", inputs
+        yield base_url, inputs
     finally:
         await runner.cleanup()
 

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from runtime.errors import ConfigError, MissingAPIKeyError, ModelHTTPError, ToolError
 from runtime.memory import HashingEmbedder, MemoryInput, MemoryStore, OpenAIEmbedder, build_embedder
+from tests.helpers import hashing_embeddings, serve_embeddings
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -473,17 +474,6 @@ def fake_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-async def _serve(handler: Any) -> tuple[web.AppRunner, str]:
-    app = web.Application()
-    app.router.add_post("/v1/embeddings", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, f"http://127.0.0.1:{port}/v1"
-
-
 async def test_openai_embedder_against_local_server(fake_key: None) -> None:
     requests: list[dict[str, Any]] = []
 
@@ -504,7 +494,7 @@ async def test_openai_embedder_against_local_server(fake_key: None) -> None:
             }
         )
 
-    runner, base_url = await _serve(embeddings)
+    runner, base_url = await serve_embeddings(embeddings)
     try:
         emb = OpenAIEmbedder(
             "local-embed", base_url=base_url, api_key_env="TEST_EMBED_KEY", dim=3, batch_size=2
@@ -532,7 +522,7 @@ async def test_openai_embedder_http_error(fake_key: None) -> None:
     async def refuse(request: web.Request) -> web.Response:
         return web.json_response({"error": {"message": "bad model"}}, status=400)
 
-    runner, base_url = await _serve(refuse)
+    runner, base_url = await serve_embeddings(refuse)
     try:
         emb = OpenAIEmbedder("m", base_url=base_url, api_key_env="TEST_EMBED_KEY", dim=3)
         with pytest.raises(ModelHTTPError) as exc:
@@ -551,21 +541,7 @@ def test_openai_embedder_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_openai_embedder_in_a_store(tmp_path: Path, fake_key: None) -> None:
     """The store over the real OpenAIEmbedder, served hashing vectors locally."""
     inputs: list[list[str]] = []
-    hashing = HashingEmbedder(48)
-
-    async def embeddings(request: web.Request) -> web.Response:
-        body = await request.json()
-        inputs.append(body["input"])
-        data = [
-            {"object": "embedding", "index": i, "embedding": vector}
-            for i, vector in enumerate(hashing.embed(body["input"]))
-        ]
-        usage = {"prompt_tokens": 1, "total_tokens": 1}
-        return web.json_response(
-            {"object": "list", "data": data, "model": body["model"], "usage": usage}
-        )
-
-    runner, base_url = await _serve(embeddings)
+    runner, base_url = await serve_embeddings(hashing_embeddings(inputs))
     try:
         emb = OpenAIEmbedder(
             "text-embedding-3-small", base_url=base_url, api_key_env="TEST_EMBED_KEY", dim=48

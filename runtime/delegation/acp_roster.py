@@ -67,7 +67,6 @@ field.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -76,6 +75,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from runtime.config import describe_entry_error, read_json_config
 from runtime.errors import ConfigError
 from runtime.shell.env import check_env_entry, fill_references
 
@@ -160,19 +160,6 @@ class AcpRoster(BaseModel):
         return sorted(self.agents)
 
 
-def _describe(err: Mapping[str, Any]) -> str:
-    loc = [str(p) for p in err["loc"]]
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    if len(loc) >= 3 and loc[0] == "agents":
-        field = ".".join(loc[2:])
-        return f"agent {loc[1]!r}, field {field!r}: {msg}"
-    if len(loc) == 2 and loc[0] == "agents":
-        return f"agent {loc[1]!r}: {msg}"
-    return f"{'.'.join(loc) or '(top level)'}: {msg}"
-
-
 def _expand_home(value: str, home: Path) -> str:
     return value.replace(_HOME_REF, str(home))
 
@@ -191,7 +178,8 @@ def parse_acp_roster(raw: Any, *, path: Path, home: Path) -> AcpRoster:
     try:
         roster = AcpRoster.model_validate(raw)
     except ValidationError as exc:
-        raise AcpRosterError(str(path), [_describe(e) for e in exc.errors()]) from None
+        problems = [describe_entry_error(e, section="agents", label="agent") for e in exc.errors()]
+        raise AcpRosterError(str(path), problems) from None
     agents = {
         name: spec.model_copy(
             update={
@@ -211,16 +199,9 @@ def load_acp_roster(home: Path) -> AcpRoster:
     event loop.
     """
     path = home / ROSTER_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
+    raw = read_json_config(path, AcpRosterError)
+    if raw is None:
         return AcpRoster()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AcpRosterError(str(path), [f"unreadable: {exc}"]) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise AcpRosterError(str(path), [f"not valid JSON: {exc}"]) from None
     return parse_acp_roster(raw, path=path, home=home)
 
 

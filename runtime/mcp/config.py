@@ -58,7 +58,6 @@ Server names are letters, digits, ``-`` and ``_`` (no ``__``: tools are named
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -69,6 +68,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runtime.config import describe_entry_error, read_json_config
 from runtime.errors import ConfigError, PersonaConfigError
 from runtime.mcp.records import McpLaunch
 from runtime.shell.env import (
@@ -210,20 +210,6 @@ class ConfiguredServer:
         return self.source.parent
 
 
-def _describe(err: Mapping[str, Any]) -> str:
-    loc = [str(p) for p in err["loc"]]
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    if len(loc) >= 3 and loc[0] == "mcpServers":
-        return f"server {loc[1]!r}, field {'.'.join(loc[2:])!r}: {msg}"
-    if len(loc) == 2 and loc[0] == "mcpServers":
-        return f"server {loc[1]!r}: {msg}"
-    if len(loc) == 1 and err["type"] == "extra_forbidden":
-        return f"field {loc[0]!r}: unknown field (servers go under 'mcpServers')"
-    return f"{'.'.join(loc) or '(top level)'}: {msg}"
-
-
 def parse_mcp_config(raw: Any, *, path: Path) -> McpConfigFile:
     """Validate an already-decoded ``mcp.json``."""
     if not isinstance(raw, dict):
@@ -231,22 +217,19 @@ def parse_mcp_config(raw: Any, *, path: Path) -> McpConfigFile:
     try:
         return McpConfigFile.model_validate(raw)
     except ValidationError as exc:
-        raise McpConfigError(str(path), [_describe(e) for e in exc.errors()]) from None
+        problems = [
+            describe_entry_error(
+                e, section="mcpServers", label="server", top_hint="servers go under 'mcpServers'"
+            )
+            for e in exc.errors()
+        ]
+        raise McpConfigError(str(path), problems) from None
 
 
 def read_mcp_file(path: Path) -> McpConfigFile:
     """One ``mcp.json``; a missing file has no servers. Synchronous (small file)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return McpConfigFile()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise McpConfigError(str(path), [f"unreadable: {exc}"]) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise McpConfigError(str(path), [f"not valid JSON: {exc}"]) from None
-    return parse_mcp_config(raw, path=path)
+    raw = read_json_config(path, McpConfigError)
+    return McpConfigFile() if raw is None else parse_mcp_config(raw, path=path)
 
 
 def load_servers(home: Path, persona_dir: Path | None) -> dict[str, ConfiguredServer]:

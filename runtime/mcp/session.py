@@ -49,7 +49,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, assert_never
 
@@ -109,6 +109,7 @@ for _noisy in ("httpx2", "mcp.client.streamable_http"):
     logging.getLogger(_noisy).setLevel(logging.WARNING)
 
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 #: Requests one session holds at once (queued or running); more fail at once.
 MAX_IN_FLIGHT = 64
@@ -286,14 +287,8 @@ class McpSession:
         self._require("resources")
 
         async def run(session: ClientSession) -> list[McpResourceInfo]:
-            found: list[McpResourceInfo] = []
-            cursor: str | None = None
-            for _ in range(MAX_LIST_PAGES):
-                page = await session.list_resources(params=_page(cursor))
-                found.extend(resource_info(r) for r in page.resources)
-                if (cursor := page.next_cursor) is None:
-                    break
-            return found
+            pages = _pages(session.list_resources, lambda page: page.resources)
+            return [resource_info(r) async for r in pages]
 
         return await self._request("list_resources", run, self._launch.call_timeout)
 
@@ -312,14 +307,8 @@ class McpSession:
         self._require("prompts")
 
         async def run(session: ClientSession) -> list[McpPromptInfo]:
-            found: list[McpPromptInfo] = []
-            cursor: str | None = None
-            for _ in range(MAX_LIST_PAGES):
-                page = await session.list_prompts(params=_page(cursor))
-                found.extend(prompt_info(p) for p in page.prompts)
-                if (cursor := page.next_cursor) is None:
-                    break
-            return found
+            pages = _pages(session.list_prompts, lambda page: page.prompts)
+            return [prompt_info(p) async for p in pages]
 
         return await self._request("list_prompts", run, self._launch.call_timeout)
 
@@ -776,15 +765,22 @@ def _page(cursor: str | None) -> mt.PaginatedRequestParams | None:
     return mt.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
 
 
-async def _list_tools(session: ClientSession) -> list[McpToolInfo]:
-    found: list[McpToolInfo] = []
+async def _pages(
+    list_page: Callable[..., Awaitable[Any]], items: Callable[[Any], Sequence[Item]]
+) -> AsyncIterator[Item]:
+    """Every item of a paginated ``list_*`` request, following its cursor
+    (at most :data:`MAX_LIST_PAGES` pages)."""
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
-        page = await session.list_tools(params=_page(cursor))
-        found.extend(tool_info(t) for t in page.tools)
+        page = await list_page(params=_page(cursor))
+        for item in items(page):
+            yield item
         if (cursor := page.next_cursor) is None:
-            break
-    return found
+            return
+
+
+async def _list_tools(session: ClientSession) -> list[McpToolInfo]:
+    return [tool_info(t) async for t in _pages(session.list_tools, lambda page: page.tools)]
 
 
 __all__ = ["McpSession"]

@@ -250,19 +250,26 @@ class MemoryStore:
         if not tables:
             return []
 
-        by_key, vector_keys, text_keys = self._search_legs(tables, query, mode, limit)
+        weight = fusion.text_weight(query)
+        by_key, vector_keys, text_keys = self._search_legs(tables, query, mode, limit, weight)
         ranked = fusion.fuse(
             {key: by_key[key]["distance"] for key in vector_keys},
             {key: by_key[key]["bm25"] for key in text_keys},
-            text_weight=fusion.text_weight(query),
+            text_weight=weight,
         )[:limit]
         return [_hit(key[0], by_key[key], score) for key, score in ranked]
 
     def _search_legs(
-        self, tables: list[tuple[str, Any, list[str]]], query: str, mode: Mode, limit: int
+        self,
+        tables: list[tuple[str, Any, list[str]]],
+        query: str,
+        mode: Mode,
+        limit: int,
+        text_weight: float,
     ) -> tuple[dict[tuple[str, str], dict[str, Any]], list[tuple[str, str]], list[tuple[str, str]]]:
         """The rows each leg of a ``mode`` recall found, by ``(table, id)``, and
         each leg's ranking of them (see :meth:`_leg`; empty for a leg not searched).
+        ``text_weight`` is the full-text leg's weight in the fusion that follows.
 
         Each leg searches every table concurrently; the full-text leg starts
         first and runs while the query is embedded. Fusing two legs needs
@@ -295,7 +302,7 @@ class MemoryStore:
                 for name, where, columns in tables
             ]
 
-        text_breaks_ties_only = mode == "hybrid" and fusion.text_weight(query) == 0.0
+        text_breaks_ties_only = mode == "hybrid" and text_weight == 0.0
         fetch = CANDIDATES
         if mode == "vector":
             fetch = limit
