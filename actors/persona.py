@@ -9,6 +9,7 @@ through their TypeAdapter: several times cheaper than pickling the objects.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -22,6 +23,7 @@ from actors._ray import (
     RayPersonaLink,
     audit_buffer_for,
     cluster_addresses,
+    freeze_heap,
     memory_backend,
     read,
     remote,
@@ -119,6 +121,15 @@ class PersonaActor:
             )
         # Work a killed predecessor delegated is reported lost, once we are up.
         ray.get_runtime_context().current_actor.recover_lost_work.remote()
+        # What is alive now lives as long as the process; the SDK comes with
+        # the first turn (see _after_turn).
+        self._heap_settled = False
+        freeze_heap()
+
+    def _after_turn(self) -> None:
+        if not self._heap_settled and self.runtime.turns_run:
+            self._heap_settled = True
+            freeze_heap()
 
     async def _load_history(self, conversation_id: str) -> ConversationRecord:
         # Rebuilds a conversation after the actor was restarted or passivated.
@@ -150,6 +161,7 @@ class PersonaActor:
     async def handle(self, data: str) -> str:
         """Answer one message envelope (JSON) with a reply envelope (JSON)."""
         reply = await self.runtime.handle(self._admit(data))
+        self._after_turn()
         return reply.model_dump_json()
 
     async def stream(self, data: str) -> AsyncIterator[str]:
@@ -157,9 +169,11 @@ class PersonaActor:
         reply (JSON each) as they happen — a Ray streaming generator."""
         async for item in self.runtime.stream(self._admit(data)):
             yield item.model_dump_json()
+        self._after_turn()
 
     async def post(self, data: str) -> None:
         """Queue an envelope (JSON) without waiting for its turn."""
+        self._after_turn()  # one posted earlier may have run
         self.runtime.post(self._admit(data))
 
     async def prepare_passivation(self, idle_timeout: float) -> bool:
@@ -196,6 +210,7 @@ class PersonaActor:
             "audit_recorded": self.buffer.events_recorded,
             "audit_sent": self.buffer.events_sent,
             "audit_failures": self.buffer.failures,
+            "heap_frozen": gc.get_freeze_count(),
         }
 
     async def ping(self) -> str:

@@ -99,12 +99,17 @@ class BareActor:
 BareRemote = ray.remote(num_cpus=0)(BareActor)
 
 
-def start_bare(n: int, url: str) -> tuple[float, list[Any]]:
-    """Seconds to start ``n`` bare actors and have each answer one model call."""
+def start_bare(
+    n: int, url: str, roles: dict[str, set[int]]
+) -> tuple[float, list[Any], dict[str, float]]:
+    """Seconds to start ``n`` bare actors and have each answer one model call,
+    the actors, and the CPU spent meanwhile by process kind."""
+    meter = CpuMeter(roles)
+    meter.start()
     t0 = time.perf_counter()
     actors = [BareRemote.remote(url) for _ in range(n)]  # type: ignore[attr-defined]
     ray.get([a.call.remote(0) for a in actors])
-    return time.perf_counter() - t0, actors
+    return time.perf_counter() - t0, actors, meter.stop()
 
 
 def bare_burst(actors: list[Any], per_actor: int, roles: dict[str, set[int]]) -> dict[str, Any]:
@@ -206,7 +211,7 @@ def measure(
     # so neither side's idle processes slow the other's (on 2 cores, 100 idle
     # Ray workers cost ~0.4 cores).
     with console.status(f"starting {n} bare actors"):
-        bare_start, actors = start_bare(n, url)
+        bare_start, actors, bare_start_cpu = start_bare(n, url, roles)
     bare_pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
     floors: list[dict[str, Any]] = []
     for _ in range(args.rounds):
@@ -217,8 +222,15 @@ def measure(
         ray.kill(actor)
     time.sleep(2.0)  # let their processes go
     with console.status(f"activating {n} personas (one turn each)"):
+        meter = CpuMeter(roles)
+        meter.start()
         cold, failed = warm_up(rt, names)
+        cold_cpu = meter.stop()
     rows.compare(f"cold start: {n} personas, first turn each", cold, bare_start, "s", 1.5)
+    # New processes have no role yet: they show by their actor class (and a
+    # worker not yet an actor as "ray system").
+    rows.add("  CPU during the cold start (core-s)", cpu_text(cold_cpu, cold))
+    rows.add("  CPU during the floor's start", cpu_text(bare_start_cpu, bare_start))
     if failed:
         rows.add(f"  first-try failures of the cold start: {len(failed)}", failed[0][1][:60])
     roles["personas"] = persona_pids(rt, names)

@@ -47,6 +47,7 @@ def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[
         "slow",
         {"model": {"provider": "scripted", "default": "slow reply", "latency_ms": 400}},
     )
+    write_persona(home, "settler", scripted([], default="settled"))
     write_persona(
         home,
         "keyless",
@@ -160,13 +161,30 @@ def test_scripted_persona_does_not_load_sdks(rt: Runtime) -> None:
     assert stats["sdks_loaded"] == []
 
 
+def test_persona_freezes_its_heap_when_set_up_and_after_its_first_turn_only(rt: Runtime) -> None:
+    handle = ray.get(rt.router.resolve.remote("settler"))
+    set_up = ray.get(handle.stats.remote())
+    assert set_up["turns"] == 0
+    # Ray, pydantic and our modules: out of the full collections' way.
+    assert set_up["heap_frozen"] > 20_000
+    rt.ask("settler", "one", conversation_id="settler:1")
+    after_first = ray.get(handle.stats.remote())["heap_frozen"]
+    # What the first turn brought in (a provider's SDK, lazily imported modules).
+    assert after_first > set_up["heap_frozen"]
+    for i in range(2, 5):
+        rt.ask("settler", "more", conversation_id=f"settler:{i}")
+    # Not again: later turns' objects stay collectable.
+    assert ray.get(handle.stats.remote())["heap_frozen"] <= after_first
+
+
 def test_personas_listing(rt: Runtime) -> None:
     listing = {p.name: p for p in rt.personas()}
     # Every persona the fixture wrote, except the one whose file is broken.
-    assert set(listing) == {"echo", "toolish", "slow", "keyless"}
+    assert set(listing) == {"echo", "toolish", "slow", "settler", "keyless"}
     assert {name: p.description for name, p in listing.items()} == {
         "echo": "echoes",
         "toolish": "",
         "slow": "",
+        "settler": "",
         "keyless": "",
     }
