@@ -289,6 +289,8 @@ def registered(home: Path, n: int, rows: Rows) -> None:
             ray.get(rt.router.resolve.remote("p-00042" if n > 42 else "p-00000"))
             resolve = time.perf_counter() - t0
             processes = len(our_ray_processes("PersonaActor"))
+            # Every description read and cached by now.
+            router = uss_mib(actor_pid("RouterActor"))
         finally:
             rt.shutdown()
     ok = first <= 1.0 and len(listed) == n
@@ -301,6 +303,7 @@ def registered(home: Path, n: int, rows: Rows) -> None:
     )
     rows.add("  first resolve (starts one persona process)", f"{resolve:.2f} s")
     rows.add("  persona processes after it", str(processes))
+    rows.add("  router USS, every description cached", f"{router:.1f} MiB")
 
 
 if __name__ == "__main__":

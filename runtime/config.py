@@ -525,9 +525,14 @@ def load_persona_dir(path: Path, name: str | None = None) -> Persona:
 def persona_names(home: Path) -> list[str]:
     """Names of every persona directory under ``<home>/personas``."""
     root = home / "personas"
-    if not root.is_dir():
+    try:
+        entries = list(os.scandir(root))
+    except OSError:  # no such directory (or not one)
         return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "persona.yaml").is_file())
+    # The directory entry says what is a directory without a stat of its own.
+    return sorted(
+        e.name for e in entries if e.is_dir() and os.path.isfile(f"{e.path}/persona.yaml")
+    )
 
 
 def persona_exists(home: Path, name: str) -> bool:

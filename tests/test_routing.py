@@ -155,6 +155,33 @@ def test_roster_skips_broken_personas_and_forgets_removed_ones(home: Path) -> No
     assert roster.knows("cy")  # looks again once before saying no
 
 
+def test_roster_reads_only_new_or_changed_files_after_a_refresh(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime.routing.roster as roster_module
+
+    roster = Roster(home)
+    assert roster.entries() == [("ana", "ana's job"), ("bo", "bo's job")]
+    read: list[str] = []
+    real = roster_module.load_persona_dir
+
+    def counting(path: Path, name: str) -> Any:
+        read.append(name)
+        return real(path, name)
+
+    monkeypatch.setattr(roster_module, "load_persona_dir", counting)
+    write_persona(home, "al", scripted(description="al's job"))  # sorts before ana
+    (home / "personas" / "notes.txt").write_text("not a persona")
+    (home / "personas" / "empty").mkdir()  # no persona.yaml: not a persona
+    assert roster.refresh() == ["al", "ana", "bo"]
+    assert roster.entries() == [("al", "al's job"), ("ana", "ana's job"), ("bo", "bo's job")]
+    # The rows moved by the insertion kept their descriptions.
+    assert read == ["al"]
+    assert roster.page(1, 1) == [("ana", "ana's job")]
+    assert read == ["al"]
+    assert not roster.knows("empty")
+
+
 # -- activation ------------------------------------------------------------------
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+from array import array
+from bisect import bisect_left
+from math import isnan, nan
 from pathlib import Path
 
 from runtime.config import load_persona_dir, persona_names
@@ -21,18 +24,21 @@ ROSTER_LIMIT = 200
 
 
 class Roster:
-    """Names and descriptions of the personas in ``home``.
+    """Names and descriptions of the personas in ``home``, as one compact table.
 
-    The description cache holds at most one entry per persona directory;
-    entries of personas that disappeared go at the next :meth:`refresh`.
+    A home may register thousands of personas, so the table is three aligned
+    columns over the sorted names: the names themselves, the mtime of each
+    ``persona.yaml`` when its description was read (``nan``: not read yet, or
+    invalid), and the description. Looking a name up is a bisection; there is
+    no per-persona object. Rows of personas that disappeared go at the next
+    :meth:`refresh`; rows of those that stay keep their cached description.
     """
 
     def __init__(self, home: Path) -> None:
         self.home = home
         self._names: list[str] = []
-        self._known: frozenset[str] = frozenset()
-        # name -> (mtime of persona.yaml, description)
-        self._descriptions: dict[str, tuple[float, str]] = {}
+        self._mtimes = array("d")
+        self._descriptions: list[str] = []
         self.refresh()
 
     @property
@@ -41,19 +47,30 @@ class Roster:
         return list(self._names)
 
     def refresh(self) -> list[str]:
-        """Re-list the persona directories (names only)."""
-        self._names = persona_names(self.home)
-        self._known = frozenset(self._names)
-        for gone in set(self._descriptions) - self._known:
-            del self._descriptions[gone]
+        """Re-list the persona directories (names only), keeping what is cached."""
+        names = persona_names(self.home)
+        if names != self._names:
+            old = {n: i for i, n in enumerate(self._names) if not isnan(self._mtimes[i])}
+            mtimes = array("d", [nan]) * len(names)
+            descriptions = [""] * len(names)
+            for i, name in enumerate(names):
+                j = old.get(name)
+                if j is not None:
+                    mtimes[i] = self._mtimes[j]
+                    descriptions[i] = self._descriptions[j]
+            self._names, self._mtimes, self._descriptions = names, mtimes, descriptions
         return self.names
+
+    def _row(self, name: str) -> int | None:
+        i = bisect_left(self._names, name)
+        return i if i < len(self._names) and self._names[i] == name else None
 
     def knows(self, name: str) -> bool:
         """Whether ``name`` is a persona, looking again once if it was not."""
-        if name in self._known:
+        if self._row(name) is not None:
             return True
         self.refresh()
-        return name in self._known
+        return self._row(name) is not None
 
     def description(self, name: str) -> str | None:
         """The persona's description; ``None`` if its file is missing or invalid."""
@@ -62,16 +79,17 @@ class Roster:
             mtime = os.stat(path).st_mtime
         except OSError:
             return None
-        cached = self._descriptions.get(name)
-        if cached is not None and cached[0] == mtime:
-            return cached[1]
+        row = self._row(name)
+        if row is not None and self._mtimes[row] == mtime:
+            return self._descriptions[row]
         try:
             description = load_persona_dir(path.parent, name).config.description
         except PersonaConfigError as exc:
             log.warning("skipping persona %s: %s", name, exc)
             return None
-        if name in self._known:
-            self._descriptions[name] = (mtime, description)
+        if row is not None:
+            self._mtimes[row] = mtime
+            self._descriptions[row] = description
         return description
 
     def page(self, offset: int, limit: int | None) -> list[tuple[str, str]]:
