@@ -6,18 +6,23 @@ own process (1 s latency), and:
 1. **the burst**: ``--turns`` concurrent turns over ``--personas`` warm
    personas (OpenAI provider, ``--turns / --personas`` conversations each),
    beside the floor: as many bare async Ray actors (``num_cpus=0``), each
-   making ``--turns / --personas`` concurrent calls awaiting the same server's
-   1 s reply through an aiohttp session. Both warm (connections open), best of
-   ``--rounds``; the floor runs first and its actors are gone before the
-   personas start, so idle processes of one side never slow the other;
-   target ≤ 1.5× the floor;
+   taking ``--turns / --personas`` concurrent calls from the driver, each call
+   awaiting the same server's 1 s reply through the actor's aiohttp session —
+   one Ray call per turn, as the personas get. Both warm (connections open),
+   best of ``--rounds``; the floor runs first and its actors are gone before
+   the personas start, so idle processes of one side never slow the other;
+   target ≤ 1.5× the floor. A variant of the floor, one call per actor making
+   all its requests itself, shows what the Ray calls cost;
 2. **cold start**: activating the personas with one turn each, all at once,
    beside starting as many bare actors (each answering one call); target ≤ 1.5×;
 3. **memory**: USS of an active persona (OpenAI SDK loaded, after the bursts)
    beside a bare actor (with its aiohttp session); the router's and the
    audit actor's USS; target ≤ 75 MiB per persona;
-4. **where the CPU goes** during the best burst, by process kind (driver,
-   personas, router, audit, model server, the rest of Ray, other load);
+4. **where the CPU goes** during the best burst and the cold starts, by
+   process kind (driver, personas, router, audit, model server, the rest of
+   Ray, other load), and what an idle process costs (a persona's and a bare
+   actor's CPU per second of doing nothing: each pays it for as long as a
+   burst lasts);
 5. **many registered personas**: a fresh home with ``--registered``
    personas: ``Runtime.personas()`` and the first ``resolve``; target
    ``personas()`` ≤ 1 s.
@@ -42,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 from rich.console import Console
 from rich.table import Table
@@ -112,13 +118,34 @@ def start_bare(
     return time.perf_counter() - t0, actors, meter.stop()
 
 
-def bare_burst(actors: list[Any], per_actor: int, roles: dict[str, set[int]]) -> dict[str, Any]:
+def bare_burst(
+    actors: list[Any], per_actor: int, roles: dict[str, set[int]], *, batched: bool = False
+) -> dict[str, Any]:
+    """The floor's burst: ``per_actor`` concurrent calls into each actor, each
+    awaiting one model reply, all submitted at once from the driver, as the
+    personas' turns are. ``batched``: one call per actor making ``per_actor``
+    concurrent requests itself (no Ray call per request)."""
     meter = CpuMeter(roles)
     meter.start()
     t0 = time.perf_counter()
-    done = sum(ray.get([a.burst.remote(per_actor) for a in actors]))
+    if batched:
+        done = sum(ray.get([a.burst.remote(per_actor) for a in actors]))
+    else:
+        done = len(ray.get([a.call.remote(i) for i in range(per_actor) for a in actors]))
     wall = time.perf_counter() - t0
     return {"wall": wall, "n": done, "cpu": meter.stop()}
+
+
+def idle_cpu(pids: set[int], seconds: float = 5.0) -> float:
+    """CPU milliseconds per second that each of ``pids`` spends doing nothing."""
+    procs = [psutil.Process(p) for p in pids]
+
+    def total() -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+    before = total()
+    time.sleep(seconds)
+    return (total() - before) * 1000 / seconds / max(1, len(procs))
 
 
 def write_home(home: Path, personas: int, base_url: str) -> list[str]:
@@ -214,10 +241,17 @@ def measure(
         bare_start, actors, bare_start_cpu = start_bare(n, url, roles)
     bare_pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
     floors: list[dict[str, Any]] = []
+    bare_roles = {**roles, "bare actors": bare_pids}
     for _ in range(args.rounds):
         with console.status("floor burst"):
-            floors.append(bare_burst(actors, per, {**roles, "bare actors": bare_pids}))
+            floors.append(bare_burst(actors, per, bare_roles))
+    with console.status("floor burst, batched"):
+        batched = min(
+            (bare_burst(actors, per, bare_roles, batched=True) for _ in range(args.rounds)),
+            key=lambda r: r["wall"],
+        )
     bare_uss = statistics.mean(uss_mib(p) for p in bare_pids)
+    bare_idle = idle_cpu(bare_pids)
     for actor in actors:
         ray.kill(actor)
     time.sleep(2.0)  # let their processes go
@@ -255,9 +289,17 @@ def measure(
     rows.add("  replies ok", f"{best['ok']} / {best['n']}", f"{floor['n']} / {n * per}")
     rows.add("  CPU during the best burst (core-s)", cpu_text(best["cpu"], best["wall"]))
     rows.add("  CPU during the floor's best burst", cpu_text(floor["cpu"], floor["wall"]))
+    rows.add(
+        f"  floor variant: one call per actor making {per} requests",
+        "",
+        f"{batched['wall']:.2f} s",
+    )
     persona_cpu = best["cpu"].get("personas", 0.0) * 1000 / best["n"]
     bare_cpu = floor["cpu"].get("bare actors", 0.0) * 1000 / max(1, floor["n"])
     rows.compare("  persona-process CPU per turn", persona_cpu, bare_cpu, "ms", None)
+    # What every Ray worker costs while idle, whatever it hosts: paid by each
+    # process for the whole length of a burst.
+    rows.compare("  idle CPU per process", idle_cpu(roles["personas"]), bare_idle, "ms/s", None)
     # Memory.
     stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
     uss = statistics.mean(uss_mib(int(s["pid"])) for s in stats)
