@@ -642,21 +642,30 @@ def test_where_the_token_comes_from(tmp_path: Path) -> None:
     token_file.write_text("from-the-file-0123456789\n")
     token_file.chmod(0o600)
     env = {TOKEN_ENV: "  from-the-environment-0123  "}
-    # --token-file first, then $COTERIE_MCP_TOKEN, then a new token for <home>/mcp-serve.token.
+    # --token-file first, then $COTERIE_MCP_TOKEN, then <home>/mcp-serve.token (kept or new).
     from_file = http_auth(tmp_path, host="0.0.0.0", token_file=token_file, environ=env)
     assert from_file.token == "from-the-file-0123456789" and from_file.write_to is None
     from_env = http_auth(tmp_path, host="0.0.0.0", environ=env)
     assert from_env.token == "from-the-environment-0123" and from_env.write_to is None
     assert from_env.source == f"bearer token from ${TOKEN_ENV}"
+    # An old file that others could read is not trusted: a new token replaces it.
+    kept_path = tmp_path / TOKEN_FILE
+    kept_path.write_text("old-and-readable-0123456789")
+    kept_path.chmod(0o644)
     generated = http_auth(tmp_path, host="127.0.0.1", environ={})
-    assert generated.write_to == tmp_path / TOKEN_FILE and generated.token
+    assert generated.write_to == kept_path and generated.token
+    assert generated.token != "old-and-readable-0123456789"
     assert generated.token not in repr(generated)
-    # Published over an old file that others could read: the new one is 0600.
-    (tmp_path / TOKEN_FILE).write_text("old")
-    (tmp_path / TOKEN_FILE).chmod(0o644)
     generated.publish()
-    assert (tmp_path / TOKEN_FILE).read_text() == generated.token + "\n"
-    assert (tmp_path / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+    assert kept_path.read_text() == generated.token + "\n"
+    assert kept_path.stat().st_mode & 0o777 == 0o600
+    # The next start keeps it: a client configured once goes on working.
+    again = http_auth(tmp_path, host="127.0.0.1", environ={})
+    assert again.token == generated.token and again.write_to is None
+    assert again.source == f"bearer token in {kept_path} (kept from an earlier start)"
+    # A kept file without a usable token is replaced too.
+    kept_path.write_text("short")
+    assert http_auth(tmp_path, host="127.0.0.1", environ={}).write_to == kept_path
     # --no-auth on loopback: no token; too short a token, or group access, is refused.
     assert http_auth(tmp_path, host="::1", no_auth=True).token is None
     with pytest.raises(CoterieError, match=r"\$COTERIE_MCP_TOKEN does not hold a usable token"):
