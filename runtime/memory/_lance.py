@@ -46,6 +46,7 @@ __all__ = [
     "optimize",
     "ranked",
     "ranked_many",
+    "recorded_embedder",
     "replace_where",
     "scan",
     "schema_for",
@@ -240,6 +241,23 @@ def open_table(
     if name in SEARCHABLE:
         _ensure_indexes(table)
     return table
+
+
+def recorded_embedder(
+    uri: str, *, storage_options: dict[str, str] | None = None
+) -> tuple[str, int] | None:
+    """``(name, dim)`` of the embedder whose vectors the store at ``uri``
+    holds, read from its tables' schema (nothing else); ``None`` while it has
+    none."""
+    db = connect(uri, storage_options=storage_options)
+    for name in SEARCHABLE:
+        try:
+            schema = db.open_table(name).schema
+        except ValueError:  # LanceDB's "was not found"
+            continue
+        found = (schema.metadata or {}).get(_EMBEDDER_KEY)
+        return (found.decode() if found else "?", int(schema.field("vector").type.list_size))
+    return None
 
 
 def _check_embedder(table: Table, name: str, dim: int, accepted: set[str]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from runtime.config import MemorySettings
 from runtime.errors import ToolError
-from runtime.memory import _lance
+from runtime.memory._lance import recorded_embedder
 from runtime.memory.choice import EmbedderChoice, choose_embedder, embedder_for
 from runtime.memory.records import (
     IngestResult,
@@ -91,26 +91,6 @@ def open_store_with_choice(
     )
     embedder = embedder_for(choice, settings, recorded=recorded)
     return MemoryStore(uri, embedder, storage_options=storage_options), choice
-
-
-def recorded_embedder(
-    uri: str, *, storage_options: dict[str, str] | None = None
-) -> tuple[str, int] | None:
-    """``(name, dim)`` of the embedder whose vectors the store at ``uri``
-    holds, read from its tables' schema; ``None`` while it has none.
-
-    Reads LanceDB directly (a schema, nothing else): this belongs beside
-    ``_lance.open_table``'s own check and is here only until it moves there.
-    """
-    db = _lance.connect(uri, storage_options=storage_options)
-    for name in _lance.SEARCHABLE:
-        try:
-            schema = db.open_table(name).schema
-        except ValueError:  # LanceDB's "was not found"
-            continue
-        found = (schema.metadata or {}).get(_lance._EMBEDDER_KEY)
-        return (found.decode() if found else "?", int(schema.field("vector").type.list_size))
-    return None
 
 
 class MemoryServer:
