@@ -182,6 +182,31 @@ def test_roster_reads_only_new_or_changed_files_after_a_refresh(
     assert not roster.knows("empty")
 
 
+def test_a_refresh_during_a_read_does_not_put_a_description_in_another_row(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    import runtime.routing.roster as roster_module
+
+    roster = Roster(home)
+    # Same mtime for both files: a misplaced row would pass the freshness check.
+    for name in ("ana", "bo"):
+        os.utime(home / "personas" / name / "persona.yaml", (1_700_000_000, 1_700_000_000))
+    real = roster_module.load_persona_dir
+
+    def refreshed_meanwhile(path: Path, name: str) -> Any:
+        if name == "bo":  # the router's loop refreshes while a page is being read
+            write_persona(home, "al", scripted(description="al's job"))
+            roster.refresh()
+        return real(path, name)
+
+    monkeypatch.setattr(roster_module, "load_persona_dir", refreshed_meanwhile)
+    assert roster.description("bo") == "bo's job"
+    monkeypatch.setattr(roster_module, "load_persona_dir", real)
+    assert roster.entries() == [("al", "al's job"), ("ana", "ana's job"), ("bo", "bo's job")]
+
+
 # -- activation ------------------------------------------------------------------
 
 

@@ -23,6 +23,15 @@ log = logging.getLogger("coterie.routing")
 ROSTER_LIMIT = 200
 
 
+#: Sorted names, the mtime each description was read at (nan: none), descriptions.
+_Table = tuple[list[str], "array[float]", list[str]]
+
+
+def _row(names: list[str], name: str) -> int | None:
+    i = bisect_left(names, name)
+    return i if i < len(names) and names[i] == name else None
+
+
 class Roster:
     """Names and descriptions of the personas in ``home``, as one compact table.
 
@@ -32,45 +41,44 @@ class Roster:
     invalid), and the description. Looking a name up is a bisection; there is
     no per-persona object. Rows of personas that disappeared go at the next
     :meth:`refresh`; rows of those that stay keep their cached description.
+
+    A refresh replaces the whole table at once, and a reader takes the table
+    once: pages are read in a worker thread while the router's loop may
+    refresh, and a row number must never meet another table's columns.
     """
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        self._names: list[str] = []
-        self._mtimes = array("d")
-        self._descriptions: list[str] = []
+        self._table: _Table = ([], array("d"), [])
         self.refresh()
 
     @property
     def names(self) -> list[str]:
         """The names found by the last :meth:`refresh`, sorted."""
-        return list(self._names)
+        return list(self._table[0])
 
     def refresh(self) -> list[str]:
         """Re-list the persona directories (names only), keeping what is cached."""
         names = persona_names(self.home)
-        if names != self._names:
-            old = {n: i for i, n in enumerate(self._names) if not isnan(self._mtimes[i])}
+        old_names, old_mtimes, old_descriptions = self._table
+        if names != old_names:
+            old = {n: i for i, n in enumerate(old_names) if not isnan(old_mtimes[i])}
             mtimes = array("d", [nan]) * len(names)
             descriptions = [""] * len(names)
             for i, name in enumerate(names):
                 j = old.get(name)
                 if j is not None:
-                    mtimes[i] = self._mtimes[j]
-                    descriptions[i] = self._descriptions[j]
-            self._names, self._mtimes, self._descriptions = names, mtimes, descriptions
-        return self.names
-
-    def _row(self, name: str) -> int | None:
-        i = bisect_left(self._names, name)
-        return i if i < len(self._names) and self._names[i] == name else None
+                    mtimes[i] = old_mtimes[j]
+                    descriptions[i] = old_descriptions[j]
+            self._table = (names, mtimes, descriptions)
+        return list(names)
 
     def knows(self, name: str) -> bool:
         """Whether ``name`` is a persona, looking again once if it was not."""
-        if self._row(name) is not None:
+        if _row(self._table[0], name) is not None:
             return True
         self.refresh()
-        return self._row(name) is not None
+        return _row(self._table[0], name) is not None
 
     def description(self, name: str) -> str | None:
         """The persona's description; ``None`` if its file is missing or invalid."""
@@ -79,23 +87,24 @@ class Roster:
             mtime = os.stat(path).st_mtime
         except OSError:
             return None
-        row = self._row(name)
-        if row is not None and self._mtimes[row] == mtime:
-            return self._descriptions[row]
+        names, mtimes, descriptions = self._table
+        row = _row(names, name)
+        if row is not None and mtimes[row] == mtime:
+            return descriptions[row]
         try:
             description = load_persona_dir(path.parent, name).config.description
         except PersonaConfigError as exc:
             log.warning("skipping persona %s: %s", name, exc)
             return None
-        if row is not None:
-            self._mtimes[row] = mtime
-            self._descriptions[row] = description
+        if row is not None:  # into the table the row came from (current or replaced)
+            mtimes[row] = mtime
+            descriptions[row] = description
         return description
 
     def page(self, offset: int, limit: int | None) -> list[tuple[str, str]]:
         """(name, description) of the valid personas among the names
         ``offset`` to ``offset + limit`` (by name): only those files are read."""
-        names = self._names[offset : None if limit is None else offset + limit]
+        names = self._table[0][offset : None if limit is None else offset + limit]
         out: list[tuple[str, str]] = []
         for name in names:
             description = self.description(name)
@@ -106,7 +115,7 @@ class Roster:
     def entries(self, limit: int | None = ROSTER_LIMIT) -> list[tuple[str, str]]:
         """(name, description) of valid personas, the first ``limit`` by name."""
         out: list[tuple[str, str]] = []
-        for name in self._names:
+        for name in self._table[0]:
             description = self.description(name)
             if description is not None:
                 out.append((name, description))
