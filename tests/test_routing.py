@@ -173,7 +173,7 @@ def test_roster_reads_only_new_or_changed_files_after_a_refresh(
     write_persona(home, "al", scripted(description="al's job"))  # sorts before ana
     (home / "personas" / "notes.txt").write_text("not a persona")
     (home / "personas" / "empty").mkdir()  # no persona.yaml: not a persona
-    assert roster.refresh() == ["al", "ana", "bo"]
+    assert roster.refresh() == ["al", "ana", "bo"] and len(roster) == 3
     assert roster.entries() == [("al", "al's job"), ("ana", "ana's job"), ("bo", "bo's job")]
     # The rows moved by the insertion kept their descriptions.
     assert read == ["al"]

@@ -54,8 +54,12 @@ class Roster:
 
     @property
     def names(self) -> list[str]:
-        """The names found by the last :meth:`refresh`, sorted."""
+        """The names found by the last :meth:`refresh`, sorted (a copy)."""
         return list(self._table[0])
+
+    def __len__(self) -> int:
+        """How many names the last :meth:`refresh` found (without a copy)."""
+        return len(self._table[0])
 
     def refresh(self) -> list[str]:
         """Re-list the persona directories (names only), keeping what is cached."""

@@ -226,7 +226,7 @@ class Router(Generic[H]):
 
     def count(self) -> int:
         """How many persona directories the home holds (valid or not)."""
-        return len(self.roster.names)
+        return len(self.roster)
 
     async def status(self, timeout: float = STATS_TIMEOUT) -> RouterStatus:
         """What runs: each active persona's activity (those that answer within
@@ -241,7 +241,7 @@ class Router(Generic[H]):
 
         found = await asyncio.gather(*(one(n) for n in names))
         return RouterStatus(
-            registered=len(self.roster.names),
+            registered=len(self.roster),
             active=[s for s in found if s is not None],
             unresponsive=[n for n, s in zip(names, found, strict=True) if s is None],
             activating=sorted(self._activating),
