@@ -519,13 +519,23 @@ def _checked_token(token: str, where: str) -> str:
 
 def read_token_file(path: Path) -> str:
     """The token in ``path``, which only its owner may read or write."""
-    where = f"--token-file {path}"
+    return _read_private_token(path, f"--token-file {path}")
+
+
+def _read_private_token(path: Path, where: str, *, kept: bool = False) -> str:
+    """The token in ``path``, checked on the open file (no swap in between):
+    nobody else may read or write it. ``kept`` (the home's generated file):
+    not through a symlink, and this user's own. Raises :class:`CoterieError`
+    naming ``where``."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if kept else 0))
     except OSError as exc:
         raise CoterieError(f"{where}: cannot open it: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:  # checked on the open file: no swap in between
-        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if kept and info.st_uid != os.getuid():
+            raise CoterieError(f"{where} belongs to another user")
+        mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             raise CoterieError(
                 f"{where} is open to other users (mode {mode:04o}); "
@@ -584,17 +594,8 @@ def _kept_token(path: Path) -> str | None:
     Otherwise None, and a new one replaces it (clients configured with the
     old one must then be given the new one)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-            return None
-        data = handle.read(4096)
-    try:
-        return _checked_token(data.decode("utf-8"), str(path))
-    except (UnicodeDecodeError, CoterieError):
+        return _read_private_token(path, str(path), kept=True)
+    except CoterieError:
         return None
 
 
