@@ -496,27 +496,42 @@ def describe_entry_error(
     return f"{'.'.join(loc) or '(top level)'}: {msg}"
 
 
-def load_persona_dir(path: Path, name: str | None = None) -> Persona:
-    """Load one persona directory; raises :class:`PersonaConfigError`."""
-    name = name or path.name
-    yaml_path = path / "persona.yaml"
+def check_persona_name(path: Path | str, name: str) -> None:
+    """Raise :class:`PersonaConfigError` (about ``path``) unless ``name`` is a
+    valid persona name."""
     if not PERSONA_NAME_RE.match(name):
         raise PersonaConfigError(
             str(path), [f"name {name!r}: expected lowercase letters, digits, '-' or '_'"]
         )
-    if not yaml_path.is_file():
-        raise PersonaConfigError(str(yaml_path), ["file not found"])
+
+
+def parse_persona_config(yaml_path: str, data: bytes) -> PersonaConfig:
+    """Validate the bytes of one ``persona.yaml``; raises :class:`PersonaConfigError`."""
     try:
-        raw = yaml.load(yaml_path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+        raw = yaml.load(data.decode("utf-8"), Loader=SAFE_LOADER)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise PersonaConfigError(str(yaml_path), [f"not valid YAML: {exc}"]) from None
+        raise PersonaConfigError(yaml_path, [f"not valid YAML: {exc}"]) from None
     if not isinstance(raw, dict):
-        raise PersonaConfigError(str(yaml_path), ["(top level): expected a mapping"])
+        raise PersonaConfigError(yaml_path, ["(top level): expected a mapping"])
     try:
-        config = PersonaConfig.model_validate(raw)
+        return PersonaConfig.model_validate(raw)
     except ValidationError as exc:
         problems = [_describe(e) for e in exc.errors()]  # type: ignore[arg-type]
-        raise PersonaConfigError(str(yaml_path), problems) from None
+        raise PersonaConfigError(yaml_path, problems) from None
+
+
+def load_persona_dir(path: Path, name: str | None = None) -> Persona:
+    """Load one persona directory; raises :class:`PersonaConfigError`."""
+    name = name or path.name
+    check_persona_name(path, name)
+    yaml_path = path / "persona.yaml"
+    try:
+        data = yaml_path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise PersonaConfigError(str(yaml_path), ["file not found"]) from None
+    except OSError as exc:
+        raise PersonaConfigError(str(yaml_path), [f"cannot read: {exc.strerror}"]) from None
+    config = parse_persona_config(str(yaml_path), data)
     soul_path = path / "SOUL.md"
     soul = soul_path.read_text(encoding="utf-8") if soul_path.is_file() else ""
     return Persona(name=name, path=path, config=config, soul=soul)
@@ -589,11 +604,13 @@ __all__ = [
     "ThinkingMode",
     "ToolFilter",
     "WebSettings",
+    "check_persona_name",
     "describe_entry_error",
     "install_personas",
     "load_persona",
     "load_persona_dir",
     "load_settings",
+    "parse_persona_config",
     "persona_exists",
     "persona_names",
     "read_json_config",

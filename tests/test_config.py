@@ -85,6 +85,14 @@ def test_unparseable_yaml(tmp_path: Path) -> None:
         load_persona(tmp_path, "broken")
 
 
+def test_yaml_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "personas" / "latin"
+    path.mkdir(parents=True)
+    (path / "persona.yaml").write_bytes("description: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(PersonaConfigError, match="not valid YAML"):
+        load_persona(tmp_path, "latin")
+
+
 def test_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
     path = tmp_path / "personas" / "listy"
     path.mkdir(parents=True)

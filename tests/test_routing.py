@@ -163,13 +163,13 @@ def test_roster_reads_only_new_or_changed_files_after_a_refresh(
     roster = Roster(home)
     assert roster.entries() == [("ana", "ana's job"), ("bo", "bo's job")]
     read: list[str] = []
-    real = roster_module.load_persona_dir
+    real = roster_module.parse_persona_config
 
-    def counting(path: Path, name: str) -> Any:
-        read.append(name)
-        return real(path, name)
+    def counting(yaml_path: str, data: bytes) -> Any:
+        read.append(Path(yaml_path).parent.name)
+        return real(yaml_path, data)
 
-    monkeypatch.setattr(roster_module, "load_persona_dir", counting)
+    monkeypatch.setattr(roster_module, "parse_persona_config", counting)
     write_persona(home, "al", scripted(description="al's job"))  # sorts before ana
     (home / "personas" / "notes.txt").write_text("not a persona")
     (home / "personas" / "empty").mkdir()  # no persona.yaml: not a persona
@@ -180,6 +180,19 @@ def test_roster_reads_only_new_or_changed_files_after_a_refresh(
     assert roster.page(1, 1) == [("ana", "ana's job")]
     assert read == ["al"]
     assert not roster.knows("empty")
+
+
+def test_the_roster_reads_nothing_for_a_name_that_is_not_a_persona_name(home: Path) -> None:
+    roster = Roster(home)
+    # A persona file outside <home>/personas, reachable by a name with "..".
+    write_persona(home / "outside", "x", scripted(description="not in this home"))
+    assert (home / "personas" / ".." / "outside" / "personas" / "x" / "persona.yaml").is_file()
+    assert roster.description("../outside/personas/x") is None
+    assert roster.description("Ana") is None  # not a valid name either
+    # Files the roster cannot use are skipped, not raised.
+    (home / "personas" / "bo" / "persona.yaml").write_bytes(b"description: caf\xe9\n")
+    assert roster.description("bo") is None
+    assert roster.description("ana") == "ana's job"
 
 
 def test_a_refresh_during_a_read_does_not_put_a_description_in_another_row(
@@ -193,17 +206,17 @@ def test_a_refresh_during_a_read_does_not_put_a_description_in_another_row(
     # Same mtime for both files: a misplaced row would pass the freshness check.
     for name in ("ana", "bo"):
         os.utime(home / "personas" / name / "persona.yaml", (1_700_000_000, 1_700_000_000))
-    real = roster_module.load_persona_dir
+    real = roster_module.parse_persona_config
 
-    def refreshed_meanwhile(path: Path, name: str) -> Any:
-        if name == "bo":  # the router's loop refreshes while a page is being read
+    def refreshed_meanwhile(yaml_path: str, data: bytes) -> Any:
+        if Path(yaml_path).parent.name == "bo":  # the router's loop refreshes meanwhile
             write_persona(home, "al", scripted(description="al's job"))
             roster.refresh()
-        return real(path, name)
+        return real(yaml_path, data)
 
-    monkeypatch.setattr(roster_module, "load_persona_dir", refreshed_meanwhile)
+    monkeypatch.setattr(roster_module, "parse_persona_config", refreshed_meanwhile)
     assert roster.description("bo") == "bo's job"
-    monkeypatch.setattr(roster_module, "load_persona_dir", real)
+    monkeypatch.setattr(roster_module, "parse_persona_config", real)
     assert roster.entries() == [("al", "al's job"), ("ana", "ana's job"), ("bo", "bo's job")]
 
 

@@ -14,7 +14,7 @@ from bisect import bisect_left
 from math import isnan, nan
 from pathlib import Path
 
-from runtime.config import load_persona_dir, persona_names
+from runtime.config import check_persona_name, parse_persona_config, persona_names
 from runtime.errors import PersonaConfigError
 
 log = logging.getLogger("coterie.routing")
@@ -49,6 +49,7 @@ class Roster:
 
     def __init__(self, home: Path) -> None:
         self.home = home
+        self._dir = str(home / "personas")
         self._table: _Table = ([], array("d"), [])
         self.refresh()
 
@@ -85,18 +86,29 @@ class Roster:
         return _row(self._table[0], name) is not None
 
     def description(self, name: str) -> str | None:
-        """The persona's description; ``None`` if its file is missing or invalid."""
-        path = self.home / "personas" / name / "persona.yaml"
+        """The persona's description; ``None`` if its file is missing or invalid.
+
+        A cached row costs one stat; any other read opens the file once (its
+        mtime from the open file, so it always matches what was read).
+        """
+        path = f"{self._dir}/{name}/persona.yaml"
         try:
-            mtime = os.stat(path).st_mtime
-        except OSError:
+            check_persona_name(f"{self._dir}/{name}", name)
+        except PersonaConfigError as exc:
+            log.warning("skipping persona %s: %s", name, exc)
             return None
         names, mtimes, descriptions = self._table
         row = _row(names, name)
-        if row is not None and mtimes[row] == mtime:
-            return descriptions[row]
         try:
-            description = load_persona_dir(path.parent, name).config.description
+            if row is not None and not isnan(mtimes[row]) and os.stat(path).st_mtime == mtimes[row]:
+                return descriptions[row]
+            with open(path, "rb") as file:
+                mtime = os.fstat(file.fileno()).st_mtime
+                data = file.read()
+        except OSError:
+            return None
+        try:
+            description = parse_persona_config(path, data).description
         except PersonaConfigError as exc:
             log.warning("skipping persona %s: %s", name, exc)
             return None
