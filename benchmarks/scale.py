@@ -23,7 +23,12 @@ own process (1 s latency), and:
    Ray, other load), and what an idle process costs (a persona's and a bare
    actor's CPU per second of doing nothing: each pays it for as long as a
    burst lasts);
-5. **many registered personas**: a fresh home with ``--registered``
+5. **the SDK's share**: each of the figures above once more for a second
+   floor, the same bare actors calling through an openai client built as the
+   OpenAI provider builds it (aiohttp transport, no retries). "SDK floor /
+   bare" is what the SDK alone costs; "coterie / SDK floor" is what is left
+   that is coterie's own;
+6. **many registered personas**: a fresh home with ``--registered``
    personas: ``Runtime.personas()`` and the first ``resolve``; target
    ``personas()`` ≤ 1 s.
 
@@ -105,15 +110,40 @@ class BareActor:
 BareRemote = ray.remote(num_cpus=0)(BareActor)
 
 
+class SdkActor(BareActor):
+    """The floor with the SDK: the same calls through the openai client, built
+    as the OpenAI provider builds it (aiohttp transport, no retries). What it
+    costs beyond the bare actor is the SDK's share, which no persona avoids
+    while it holds its own client."""
+
+    async def call(self, n: int) -> str:
+        import openai
+
+        if self.session is None:
+            self.session = openai.AsyncOpenAI(
+                api_key="sk-bench-dummy",
+                base_url=self.url.removesuffix("/chat/completions"),
+                max_retries=0,
+                http_client=openai.DefaultAioHttpClient(timeout=60.0),
+            )
+        reply = await self.session.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": f"hi {n}"}]
+        )
+        return str(reply.choices[0].message.content)
+
+
+SdkRemote = ray.remote(num_cpus=0)(SdkActor)
+
+
 def start_bare(
-    n: int, url: str, roles: dict[str, set[int]]
+    n: int, url: str, roles: dict[str, set[int]], kind: Any = BareRemote
 ) -> tuple[float, list[Any], dict[str, float]]:
-    """Seconds to start ``n`` bare actors and have each answer one model call,
-    the actors, and the CPU spent meanwhile by process kind."""
+    """Seconds to start ``n`` bare actors of ``kind`` and have each answer one
+    model call, the actors, and the CPU spent meanwhile by process kind."""
     meter = CpuMeter(roles)
     meter.start()
     t0 = time.perf_counter()
-    actors = [BareRemote.remote(url) for _ in range(n)]  # type: ignore[attr-defined]
+    actors = [kind.remote(url) for _ in range(n)]
     ray.get([a.call.remote(0) for a in actors])
     return time.perf_counter() - t0, actors, meter.stop()
 
@@ -134,6 +164,46 @@ def bare_burst(
         done = len(ray.get([a.call.remote(i) for i in range(per_actor) for a in actors]))
     wall = time.perf_counter() - t0
     return {"wall": wall, "n": done, "cpu": meter.stop()}
+
+
+def floor_group(
+    kind: Any,
+    role: str,
+    n: int,
+    url: str,
+    per: int,
+    roles: dict[str, set[int]],
+    rounds: int,
+    *,
+    batched: bool = False,
+) -> dict[str, Any]:
+    """Start ``n`` actors of ``kind``, run ``rounds`` bursts on them (and the
+    batched variant if asked), measure their memory and idle CPU, then kill
+    them and wait for their processes to go."""
+    with console.status(f"starting {n} {role}"):
+        start, actors, start_cpu = start_bare(n, url, roles, kind)
+    pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
+    group_roles = {**roles, role: pids}
+    out: dict[str, Any] = {"start": start, "start_cpu": start_cpu, "role": role, "bursts": []}
+    for _ in range(rounds):
+        with console.status(f"burst on {role}"):
+            out["bursts"].append(bare_burst(actors, per, group_roles))
+    if batched:
+        with console.status(f"burst on {role}, batched"):
+            out["batched"] = min(
+                (bare_burst(actors, per, group_roles, batched=True) for _ in range(rounds)),
+                key=lambda r: r["wall"],
+            )
+    out["best"] = min(out["bursts"], key=lambda r: r["wall"])
+    out["uss"] = statistics.mean(uss_mib(p) for p in pids)
+    out["idle"] = idle_cpu(pids)
+    out["cpu_per_call"] = out["best"]["cpu"].get(role, 0.0) * 1000 / max(1, out["best"]["n"])
+    for actor in actors:
+        ray.kill(actor)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.2)  # let their processes go
+    return out
 
 
 def idle_cpu(pids: set[int], seconds: float = 5.0) -> float:
@@ -234,33 +304,29 @@ def measure(
         "audit": {actor_pid("AuditLogActor")},
         "model server": {srv.pid},
     }
-    # The floor first, alone: its actors are gone before the personas start,
-    # so neither side's idle processes slow the other's (on 2 cores, 100 idle
+    # The floors first, each alone: its actors are gone before the next group
+    # starts, so no side's idle processes slow another's (on 2 cores, 100 idle
     # Ray workers cost ~0.4 cores).
-    with console.status(f"starting {n} bare actors"):
-        bare_start, actors, bare_start_cpu = start_bare(n, url, roles)
-    bare_pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
-    floors: list[dict[str, Any]] = []
-    bare_roles = {**roles, "bare actors": bare_pids}
-    for _ in range(args.rounds):
-        with console.status("floor burst"):
-            floors.append(bare_burst(actors, per, bare_roles))
-    with console.status("floor burst, batched"):
-        batched = min(
-            (bare_burst(actors, per, bare_roles, batched=True) for _ in range(args.rounds)),
-            key=lambda r: r["wall"],
-        )
-    bare_uss = statistics.mean(uss_mib(p) for p in bare_pids)
-    bare_idle = idle_cpu(bare_pids)
-    for actor in actors:
-        ray.kill(actor)
-    time.sleep(2.0)  # let their processes go
+    bare = floor_group(BareRemote, "bare actors", n, url, per, roles, args.rounds, batched=True)
+    sdk = floor_group(SdkRemote, "SDK actors", n, url, per, roles, args.rounds)
+    bare_start, bare_start_cpu = bare["start"], bare["start_cpu"]
+    floors, batched = bare["bursts"], bare["batched"]
+
+    def beside_sdk(ours: float, key: str, unit: str) -> None:
+        # The same figure for the SDK floor: how much of the gap to the bare
+        # floor is the SDK's, and how much is left that is coterie's own.
+        value = sdk[key]["wall"] if key == "best" else sdk[key]
+        floor = bare[key]["wall"] if key == "best" else bare[key]
+        rows.compare("  SDK floor (bare actor + openai client) / bare", value, floor, unit, None)
+        rows.compare("  coterie / SDK floor", ours, value, unit, None)
+
     with console.status(f"activating {n} personas (one turn each)"):
         meter = CpuMeter(roles)
         meter.start()
         cold, failed = warm_up(rt, names)
         cold_cpu = meter.stop()
     rows.compare(f"cold start: {n} personas, first turn each", cold, bare_start, "s", 1.5)
+    beside_sdk(cold, "start", "s")
     # New processes have no role yet: they show by their actor class (and a
     # worker not yet an actor as "ray system").
     rows.add("  CPU during the cold start (core-s)", cpu_text(cold_cpu, cold))
@@ -281,6 +347,7 @@ def measure(
         "s",
         1.5,
     )
+    beside_sdk(best["wall"], "best", "s")
     rows.add(
         "  coterie runs / floor runs",
         ", ".join(f"{r['wall']:.2f}" for r in ours) + " s",
@@ -295,15 +362,18 @@ def measure(
         f"{batched['wall']:.2f} s",
     )
     persona_cpu = best["cpu"].get("personas", 0.0) * 1000 / best["n"]
-    bare_cpu = floor["cpu"].get("bare actors", 0.0) * 1000 / max(1, floor["n"])
-    rows.compare("  persona-process CPU per turn", persona_cpu, bare_cpu, "ms", None)
+    rows.compare("  persona-process CPU per turn", persona_cpu, bare["cpu_per_call"], "ms", None)
+    beside_sdk(persona_cpu, "cpu_per_call", "ms")
     # What every Ray worker costs while idle, whatever it hosts: paid by each
     # process for the whole length of a burst.
-    rows.compare("  idle CPU per process", idle_cpu(roles["personas"]), bare_idle, "ms/s", None)
+    persona_idle = idle_cpu(roles["personas"])
+    rows.compare("  idle CPU per process", persona_idle, bare["idle"], "ms/s", None)
+    beside_sdk(persona_idle, "idle", "ms/s")
     # Memory.
     stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
     uss = statistics.mean(uss_mib(int(s["pid"])) for s in stats)
-    rows.compare("USS per active persona (openai SDK loaded)", uss, bare_uss, "MiB", 75 / 58)
+    rows.compare("USS per active persona (openai SDK loaded)", uss, bare["uss"], "MiB", 75 / 58)
+    beside_sdk(uss, "uss", "MiB")
     rows.add(
         "  router / audit actor USS",
         f"{uss_mib(next(iter(roles['router']))):.1f} / "
