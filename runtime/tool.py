@@ -13,6 +13,7 @@ import dataclasses
 import fnmatch
 import functools
 import inspect
+import re
 import typing
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -169,8 +170,18 @@ def tool(
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:
-    """Whether ``name`` matches one of the shell-style patterns (``mcp_*``)."""
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    """Whether ``name`` matches one of the shell-style patterns (``mcp_*``),
+    case-sensitively, as :func:`fnmatch.fnmatchcase` does."""
+    return _one_pattern(tuple(patterns))(name) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _one_pattern(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
+    # Every visible() checks each tool against the same few lists: one regex
+    # per list instead of one fnmatch per pattern and tool.
+    if not patterns:
+        return lambda name: None
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns)).match
 
 
 class ToolRegistry:

@@ -259,3 +259,34 @@ async def test_the_turn_context_reaches_the_model() -> None:
         ("cron", "auto"),
         ("cron", "named"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "patterns", "expected"),
+    [
+        ("mcp_time", ["mcp_*"], True),
+        ("Mcp_time", ["mcp_*"], False),  # case-sensitive
+        ("file_read", ["file_?ead", "shell_*"], True),
+        ("shell_exec", ["file_?ead", "shell_*"], True),
+        ("web_fetch", ["file_?ead", "shell_*"], False),
+        ("calc", ["[a-c]*"], True),
+        ("draft", ["[!a-c]*"], True),
+        ("calc", ["[!a-c]*"], False),
+        ("a.b", ["*.*"], True),
+        ("ab", ["*.*"], False),
+        ("clock", ["*"], True),
+        ("clock", [], False),
+        ("clock", ["clock2", "cloc"], False),  # whole names only
+        ("recall", ["rec*", "recall"], True),
+    ],
+)
+def test_tool_patterns_match_whole_names_like_fnmatchcase(
+    name: str, patterns: list[str], expected: bool
+) -> None:
+    import fnmatch
+
+    from runtime.tool import matches_any
+
+    assert matches_any(name, patterns) is expected
+    assert matches_any(name, iter(patterns)) is expected  # any iterable, any number of times
+    assert expected == any(fnmatch.fnmatchcase(name, p) for p in patterns)
