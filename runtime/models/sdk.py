@@ -83,7 +83,9 @@ class SDKModel(ABC, Generic[ConfigT]):
 
     @abstractmethod
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
-        """The keyword arguments of the SDK call for ``request``."""
+        """What :meth:`send` passes to the SDK for ``request``: the call's
+        keyword arguments, or the whole JSON body for a provider that posts it
+        as it is (OpenAI)."""
 
     @abstractmethod
     async def send(self, client: Any, params: dict[str, Any]) -> Any:
