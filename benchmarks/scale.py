@@ -24,8 +24,8 @@ own process (1 s latency), and:
    actor's CPU per second of doing nothing: each pays it for as long as a
    burst lasts);
 5. **the SDK's share**: each of the figures above once more for a second
-   floor, the same bare actors calling through an openai client built as the
-   OpenAI provider builds it (aiohttp transport, no retries). "SDK floor /
+   floor, the same bare actors calling through an openai client built and
+   called as the OpenAI provider does (aiohttp transport, no retries). "SDK floor /
    bare" is what the SDK alone costs; "coterie / SDK floor" is what is left
    that is coterie's own;
 6. **many registered personas**: a fresh home with ``--registered``
@@ -112,12 +112,13 @@ BareRemote = ray.remote(num_cpus=0)(BareActor)
 
 class SdkActor(BareActor):
     """The floor with the SDK: the same calls through the openai client, built
-    as the OpenAI provider builds it (aiohttp transport, no retries). What it
+    and called as the OpenAI provider does (aiohttp transport, no retries). What it
     costs beyond the bare actor is the SDK's share, which no persona avoids
     while it holds its own client."""
 
     async def call(self, n: int) -> str:
         import openai
+        from openai.types.chat import ChatCompletion
 
         if self.session is None:
             self.session = openai.AsyncOpenAI(
@@ -126,8 +127,14 @@ class SdkActor(BareActor):
                 max_retries=0,
                 http_client=openai.DefaultAioHttpClient(timeout=60.0),
             )
-        reply = await self.session.chat.completions.create(
-            model="fake-model", messages=[{"role": "user", "content": f"hi {n}"}]
+        # The call the provider makes (runtime/models/openai_chat.py): the
+        # body through the client's post, as chat.completions.create ends in.
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": f"hi {n}"}]}
+        reply = await self.session.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletion,
+            options={"security": {"bearer_auth": True}},
         )
         return str(reply.choices[0].message.content)
 
@@ -184,7 +191,7 @@ def floor_group(
         start, actors, start_cpu = start_bare(n, url, roles, kind)
     pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
     group_roles = {**roles, role: pids}
-    out: dict[str, Any] = {"start": start, "start_cpu": start_cpu, "role": role, "bursts": []}
+    out: dict[str, Any] = {"start": start, "start_cpu": start_cpu, "bursts": []}
     for _ in range(rounds):
         with console.status(f"burst on {role}"):
             out["bursts"].append(bare_burst(actors, per, group_roles))
@@ -195,6 +202,7 @@ def floor_group(
                 key=lambda r: r["wall"],
             )
     out["best"] = min(out["bursts"], key=lambda r: r["wall"])
+    out["burst"] = out["best"]["wall"]
     out["uss"] = statistics.mean(uss_mib(p) for p in pids)
     out["idle"] = idle_cpu(pids)
     out["cpu_per_call"] = out["best"]["cpu"].get(role, 0.0) * 1000 / max(1, out["best"]["n"])
@@ -315,10 +323,10 @@ def measure(
     def beside_sdk(ours: float, key: str, unit: str) -> None:
         # The same figure for the SDK floor: how much of the gap to the bare
         # floor is the SDK's, and how much is left that is coterie's own.
-        value = sdk[key]["wall"] if key == "best" else sdk[key]
-        floor = bare[key]["wall"] if key == "best" else bare[key]
-        rows.compare("  SDK floor (bare actor + openai client) / bare", value, floor, unit, None)
-        rows.compare("  coterie / SDK floor", ours, value, unit, None)
+        rows.compare(
+            "  SDK floor (bare actor + openai client) / bare", sdk[key], bare[key], unit, None
+        )
+        rows.compare("  coterie / SDK floor", ours, sdk[key], unit, None)
 
     with console.status(f"activating {n} personas (one turn each)"):
         meter = CpuMeter(roles)
@@ -339,7 +347,7 @@ def measure(
         with console.status("coterie burst"):
             ours.append(burst(rt, srv, names, n * per, roles))
     best = min(ours, key=lambda r: r["wall"])
-    floor = min(floors, key=lambda r: r["wall"])
+    floor = bare["best"]
     rows.compare(
         f"burst: {n * per} turns over {n} warm personas, {args.latency:g} s model",
         best["wall"],
@@ -347,7 +355,7 @@ def measure(
         "s",
         1.5,
     )
-    beside_sdk(best["wall"], "best", "s")
+    beside_sdk(best["wall"], "burst", "s")
     rows.add(
         "  coterie runs / floor runs",
         ", ".join(f"{r['wall']:.2f}" for r in ours) + " s",

@@ -91,12 +91,13 @@ class Roster:
         A cached row costs one stat; any other read opens the file once (its
         mtime from the open file, so it always matches what was read).
         """
-        path = f"{self._dir}/{name}/persona.yaml"
+        directory = f"{self._dir}/{name}"
         try:
-            check_persona_name(f"{self._dir}/{name}", name)
+            check_persona_name(directory, name)
         except PersonaConfigError as exc:
             log.warning("skipping persona %s: %s", name, exc)
             return None
+        path = f"{directory}/persona.yaml"
         names, mtimes, descriptions = self._table
         row = _row(names, name)
         try:
