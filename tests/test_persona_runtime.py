@@ -7,26 +7,31 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import load_persona
+from runtime.config import OpenAIModelConfig, load_persona
 from runtime.errors import ActorLostError, MissingAPIKeyError, PersonaPassivatedError
 from runtime.messages import (
     AssistantMessage,
     ConversationRecord,
     HistoryAppended,
     MessageEnvelope,
+    ModelCalled,
     ModelRequest,
     TodoItem,
     TurnEnded,
     UserMessage,
 )
+from runtime.models.openai_chat import OpenAIChatModel
 from runtime.models.scripted import FunctionModel, latest_user_text
 from runtime.persona import PersonaRuntime
 from runtime.services import NullAudit
+from runtime.testing import FakeOpenAIServer
 from tests.helpers import scripted, write_persona
 from tools import builtin_registry
 
 
-def make_runtime(tmp_path: Path, model: FunctionModel, **kw: object) -> PersonaRuntime:
+def make_runtime(
+    tmp_path: Path, model: FunctionModel | OpenAIChatModel, **kw: object
+) -> PersonaRuntime:
     write_persona(tmp_path, "solo", scripted(description="a solo persona"))
     persona = load_persona(tmp_path, "solo")
     return PersonaRuntime(persona, model=model, registry=builtin_registry(), **kw)  # type: ignore[arg-type]
@@ -76,6 +81,35 @@ async def test_messages_mid_turn_wait_and_merge(tmp_path: Path) -> None:
     # "two" and "three" were answered together by one merged turn.
     assert r2.text == r3.text == "answered 3" and r2.turn_id == r3.turn_id != r1.turn_id
     assert seen[-1] == ["one", "two", "three"]
+
+
+async def test_a_proxy_page_instead_of_a_completion_fails_the_turn_readably(tmp_path: Path) -> None:
+    """A real provider given a page that is not a completion: the turn ends in
+    an error naming it, recorded whole (the model call and the turn's end),
+    and the next turn works."""
+    async with FakeOpenAIServer() as srv:
+        srv.enqueue_raw("<html>Sign in to the proxy</html>", headers={"content-type": "text/html"})
+        srv.enqueue_text("back")
+        config = OpenAIModelConfig.model_validate(
+            {"provider": "openai", "name": "gpt-test", "base_url": srv.base_url, "max_retries": 0}
+        )
+        audit = NullAudit()
+        rt = make_runtime(tmp_path, OpenAIChatModel(config, api_key="sk-test"), audit=audit)  # type: ignore[arg-type]
+        try:
+            reply = await rt.handle(env("hi"))
+            again = await rt.handle(env("hi again"))
+        finally:
+            await rt.aclose()
+    assert reply.status == "error"
+    assert reply.error == (
+        "model request failed (status None): invalid response from openai model 'gpt-test': "
+        "expected a JSON object, got text that is not JSON (33 characters)"
+    )
+    calls = [e for e in audit.events if isinstance(e, ModelCalled)]
+    assert [c.error is not None and "invalid response" in c.error for c in calls] == [True, False]
+    ended = [e for e in audit.events if isinstance(e, TurnEnded)]
+    assert [e.status for e in ended] == ["error", "ok"]
+    assert again.status == "ok" and again.text == "back"
 
 
 async def test_model_failure_becomes_error_reply(tmp_path: Path) -> None:

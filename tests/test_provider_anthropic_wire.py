@@ -271,6 +271,56 @@ async def test_malformed_tool_input_comes_back_raw(srv: FakeAnthropicServer) -> 
     assert good.message.tool_calls[0].arguments == {"word": "ok"}
 
 
+def _message(**fields: Any) -> dict[str, Any]:
+    return {"id": "msg_1", "type": "message", "role": "assistant", **fields}
+
+
+PROXY_PAGE = "<html><body>Sign in to the proxy. Authorization: Bearer sk-leaked</body></html>"
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "named"),
+    [
+        (
+            PROXY_PAGE,
+            {"content-type": "text/html"},
+            "expected a JSON object, got text that is not JSON",
+        ),
+        ('{"content": [', {}, "the body is not valid JSON"),
+        ([{"type": "text", "text": "hi"}], {}, "expected a JSON object, got a JSON array"),
+        (_message(stop_reason="end_turn"), {}, "content is null, not a list of blocks"),
+        (_message(content={"type": "text"}), {}, "content is an object, not a list of blocks"),
+        (_message(content=[{"type": "text", "text": 7}]), {}, "content[0].text is a JSON number"),
+    ],
+)
+async def test_an_answer_that_is_not_a_message_is_a_model_error_naming_what_is_wrong(
+    srv: FakeAnthropicServer, body: Any, headers: dict[str, str], named: str
+) -> None:
+    srv.enqueue_raw(body, headers=headers)
+    model = make_model(srv.base_url)
+    try:
+        with pytest.raises(ModelHTTPError) as info:
+            await model.request(ask())
+    finally:
+        await model.aclose()
+    message = str(info.value)
+    assert "invalid response from anthropic model 'claude-test': " + named in message
+    # Not retried, and the body itself is not echoed (a proxy's page may quote the key).
+    assert len(srv.requests) == 1
+    assert "sk-leaked" not in message and "Sign in" not in message
+
+
+async def test_a_message_without_usage_counts_no_tokens(srv: FakeAnthropicServer) -> None:
+    srv.enqueue_raw(_message(content=[{"type": "text", "text": "hi"}], stop_reason="end_turn"))
+    model = make_model(srv.base_url)
+    try:
+        resp = await model.request(ask())
+    finally:
+        await model.aclose()
+    assert resp.message.text == "hi" and resp.stop_reason == "end_turn"
+    assert (resp.usage.input_tokens, resp.usage.output_tokens) == (0, 0)
+
+
 async def test_429_then_success_is_retried(srv: FakeAnthropicServer) -> None:
     srv.enqueue_error(429, headers={"retry-after": "0"})
     srv.enqueue_text("finally")

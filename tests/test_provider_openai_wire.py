@@ -199,6 +199,118 @@ async def test_malformed_tool_arguments_come_back_raw(srv: FakeOpenAIServer) -> 
     assert args == ['{"city": "Par', "[1, 2]", {}]
 
 
+def _completion(message: Any, **choice: Any) -> dict[str, Any]:
+    return {
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop", **choice}],
+    }
+
+
+PROXY_PAGE = "<html><body>Sign in to the proxy. Authorization: Bearer sk-leaked</body></html>"
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "named"),
+    [
+        (
+            PROXY_PAGE,
+            {"content-type": "text/html"},
+            "expected a JSON object, got text that is not JSON",
+        ),
+        ('{"choices": [', {}, "the body is not valid JSON"),
+        ([{"message": "hi"}], {}, "expected a JSON object, got a JSON array"),
+        ({"choices": "hi"}, {}, "choices is a string, not a list of objects"),
+        (_completion(None), {}, "choices[0].message is null"),
+        (_completion({"role": "assistant", "content": 7}), {}, "message.content is a JSON number"),
+        (
+            _completion({"role": "assistant", "content": None, "tool_calls": {"id": "c1"}}),
+            {},
+            "message.tool_calls is an object",
+        ),
+        (
+            _completion(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ],
+                }
+            ),
+            {},
+            "message.tool_calls[0] is not an object with a string id",
+        ),
+        (
+            _completion(
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": 5}}],
+                }
+            ),
+            {},
+            "message.tool_calls[0].function.arguments is a JSON number, not a string",
+        ),
+    ],
+)
+async def test_an_answer_that_is_not_a_completion_is_a_model_error_naming_what_is_wrong(
+    srv: FakeOpenAIServer, body: Any, headers: dict[str, str], named: str
+) -> None:
+    srv.enqueue_raw(body, headers=headers)
+    model = make_model(srv.base_url)
+    try:
+        with pytest.raises(ModelHTTPError) as info:
+            await model.request(ask())
+    finally:
+        await model.aclose()
+    message = str(info.value)
+    assert "invalid response from openai model 'gpt-test': " + named in message
+    # Not retried, and the body itself is not echoed (a proxy's page may quote the key).
+    assert len(srv.requests) == 1
+    assert "sk-leaked" not in message and "Sign in" not in message
+
+
+async def test_lenient_shapes_of_compatible_servers_are_read(srv: FakeOpenAIServer) -> None:
+    """Arguments sent decoded, content as a list of parts, usage absent, a tool
+    call of a kind that is not ours: read, not failed."""
+    srv.enqueue_raw(
+        _completion(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "two "},
+                    {"type": "image_url", "image_url": {"url": "x"}},
+                    {"type": "text", "text": "parts"},
+                ],
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": {"a": 1}},
+                    },
+                    {"id": "c2", "type": "mcp", "mcp": {"server": "x"}},
+                    {
+                        "id": "c3",
+                        "type": "custom",
+                        "custom": {"name": "patch", "input": "*** Begin"},
+                    },
+                ],
+            },
+            finish_reason="tool_calls",
+        )
+    )
+    model = make_model(srv.base_url)
+    try:
+        resp = await model.request(ask())
+    finally:
+        await model.aclose()
+    assert resp.message.text == "two parts"
+    assert [(c.id, c.name, c.arguments) for c in resp.message.tool_calls] == [
+        ("c1", "f", {"a": 1}),
+        ("c3", "patch", "*** Begin"),
+    ]
+    assert (resp.usage.input_tokens, resp.usage.output_tokens) == (0, 0)
+    assert resp.stop_reason == "tool_calls"
+
+
 async def test_429_then_success_is_retried(srv: FakeOpenAIServer) -> None:
     srv.enqueue_error(429, headers={"retry-after": "0"})
     srv.enqueue_text("finally")

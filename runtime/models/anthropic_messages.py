@@ -25,7 +25,7 @@ from runtime.messages import (
     UserMessage,
 )
 from runtime.models.base import TextSink
-from runtime.models.sdk import SDKModel
+from runtime.models.sdk import SDKModel, body_kind
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -119,14 +119,32 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
     # -- response ----------------------------------------------------------
 
     def parse(self, message: Message) -> ModelResponse:
-        """Turn an Anthropic ``Message`` into the neutral response."""
+        """Turn an Anthropic ``Message`` into the neutral response.
+
+        The SDK builds the message without validating it, and hands back a
+        body that is not a JSON object as it is: what the turn reads is
+        checked, and a body of the wrong shape is a
+        :class:`~runtime.errors.ModelHTTPError` naming what was wrong.
+        """
+        from anthropic import BaseModel
+
+        if not isinstance(message, BaseModel):
+            raise self.invalid_response(
+                f"expected a JSON object, got {body_kind(message, whole_body=True)}"
+            )
+        content = getattr(message, "content", None)
+        if not isinstance(content, list):
+            raise self.invalid_response(f"content is {body_kind(content)}, not a list of blocks")
         texts: list[str] = []
         thinking: list[ThinkingBlock] = []
         tool_calls: list[ToolCall] = []
-        for block in message.content:
+        for n, block in enumerate(content):
             kind = getattr(block, "type", None)
             if kind == "text":
-                texts.append(getattr(block, "text", ""))
+                text = getattr(block, "text", "")
+                if not isinstance(text, str):
+                    raise self.invalid_response(f"content[{n}].text is {body_kind(text)}")
+                texts.append(text)
             elif kind == "thinking":
                 thinking.append(
                     ThinkingBlock(
@@ -147,15 +165,17 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
                     )
                 )
             # Server-side tool blocks (web search …) are not ours to run.
-        usage = message.usage
+        usage = getattr(message, "usage", None)
+        stop_reason = getattr(message, "stop_reason", None)
         return ModelResponse(
             message=AssistantMessage(text="".join(texts), tool_calls=tool_calls, thinking=thinking),
             usage=Usage(
-                input_tokens=usage.input_tokens or 0, output_tokens=usage.output_tokens or 0
+                input_tokens=_count(getattr(usage, "input_tokens", None)),
+                output_tokens=_count(getattr(usage, "output_tokens", None)),
             ),
             provider=self.provider,
             model=self.config.name,
-            stop_reason=message.stop_reason,
+            stop_reason=stop_reason if isinstance(stop_reason, str) else None,
         )
 
 
@@ -233,6 +253,11 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
             }
         )
     return blocks
+
+
+def _count(value: object) -> int:
+    """A token count from the usage object: 0 when absent or not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _parse_input(raw: Any) -> dict[str, Any] | str:

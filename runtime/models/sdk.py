@@ -14,6 +14,7 @@ what lets one translation serve both. SDK modules are imported on first use.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from abc import ABC, abstractmethod
@@ -171,8 +172,19 @@ class SDKModel(ABC, Generic[ConfigT]):
             return status_is_retryable(exc.status_code)
         return isinstance(exc, (sdk.APIConnectionError, *_http_errors("RequestError")))
 
+    def invalid_response(self, what: str) -> ModelHTTPError:
+        """The error for a success answer that is not the provider's shape: a
+        proxy's login page, a compatible server that gets a field wrong.
+        ``what`` says what was wrong with it."""
+        return ModelHTTPError(
+            None, f"invalid response from {self.provider} model {self.name!r}: {what}"
+        )
+
     def _to_error(self, exc: Exception) -> ModelError | None:
         sdk = self.sdk()
+        if isinstance(exc, json.JSONDecodeError):
+            # The SDK decodes a success body as it reads it and lets this through.
+            return self.invalid_response(f"the body is not valid JSON ({exc})")
         refused = _refused(exc)
         if refused is not None:
             # The aiohttp transport reports a refused connection as a connect
@@ -201,6 +213,28 @@ class SDKModel(ABC, Generic[ConfigT]):
         return None  # not the SDK's: a bug of ours, raised as it is
 
 
+def body_kind(value: object, *, whole_body: bool = False) -> str:
+    """What a decoded answer (``whole_body``) or a value inside it is, for an
+    error that says it is not what was expected. The text itself is not
+    echoed: a proxy's page may quote the request, headers and all."""
+    if isinstance(value, str):
+        if whole_body:
+            # The SDK hands back a body that is not JSON as its text.
+            return f"text that is not JSON ({len(value)} characters)"
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a JSON array"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    if isinstance(value, int | float):
+        return "a JSON number"
+    return f"a {type(value).__name__}"
+
+
 def _refused(exc: BaseException) -> OSError | None:
     """The connection error (refused, unreachable, reset) behind ``exc``, if any."""
     seen: set[int] = set()
@@ -225,4 +259,4 @@ def _http_errors(name: str) -> tuple[type[Exception], ...]:
     )
 
 
-__all__ = ["SDKModel"]
+__all__ = ["SDKModel", "body_kind"]

@@ -176,7 +176,8 @@ class FakeModelServer(LocalHttpServer):
         latency: float | None = None,
         cut_after: int | None = None,
     ) -> None:
-        """Queue a reply body sent verbatim (a dict is sent as JSON, or streamed)."""
+        """Queue a reply body sent verbatim (a dict is sent as JSON, or streamed;
+        a string goes as it is, as JSON unless ``headers`` set ``content-type``)."""
         self._queue.append(ScriptedReply(status, body, dict(headers or {}), latency, cut_after))
 
     def enqueue_error(
@@ -250,11 +251,17 @@ class FakeModelServer(LocalHttpServer):
             if payload.get("stream"):
                 return await self._stream(http_request, self._events(body, payload), reply)
         if isinstance(body, str | bytes):
+            # Sent as JSON unless the scripted headers name another content type.
+            headers = {k: v for k, v in reply.headers.items() if k.lower() != "content-type"}
+            content_type = next(
+                (v for k, v in reply.headers.items() if k.lower() == "content-type"),
+                "application/json",
+            )
             return web.Response(
                 status=reply.status,
                 body=body.encode() if isinstance(body, str) else body,
-                headers=reply.headers,
-                content_type="application/json",
+                headers=headers,
+                content_type=content_type,
             )
         return web.json_response(body, status=reply.status, headers=reply.headers)
 
