@@ -333,6 +333,51 @@ async def test_a_client_error_is_not_retried(server: Server) -> None:
     assert len(server.requests) == 1
 
 
+NO_STREAM = {"openai": "the stream carried no chunks", "anthropic": "the stream carried no message"}
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("<html>Sign in to the proxy</html>", "text/html"),
+        ('{"id": "x", "object": "chat.completion"}', "application/json"),
+        ("data: [1]\n\n", "text/event-stream"),
+    ],
+    ids=["a page", "a whole JSON body", "events that are not objects"],
+)
+async def test_an_answer_that_is_not_a_stream_is_an_invalid_response_not_retried(
+    server: Server, body: str, content_type: str
+) -> None:
+    server.enqueue_raw(body, headers={"content-type": content_type})
+    server.enqueue_text("never asked for.")
+    model = model_for(server, max_retries=3)
+    pieces = Pieces()
+    try:
+        with pytest.raises(ModelHTTPError) as info:
+            await model.stream(ask(), pieces)
+    finally:
+        await model.aclose()
+    provider = provider_of(server)
+    expected = NO_STREAM[provider]
+    if provider == "openai" and content_type == "text/event-stream":
+        expected = "stream chunk 1 is a JSON array"
+    assert f"invalid response from {provider} model" in str(info.value)
+    assert expected in str(info.value)
+    assert pieces == [] and len(server.requests) == 1 and server.pending == 1
+
+
+async def test_an_openai_chunk_whose_choices_are_not_a_list_is_named(
+    oai: FakeOpenAIServer,
+) -> None:
+    oai.enqueue_raw('data: {"choices": "x"}\n\n', headers={"content-type": "text/event-stream"})
+    model = openai_model(oai)
+    try:
+        with pytest.raises(ModelHTTPError, match="stream chunk 1: choices is a string"):
+            await model.stream(ask(), Pieces())
+    finally:
+        await model.aclose()
+
+
 # -- local models ---------------------------------------------------------------------
 
 

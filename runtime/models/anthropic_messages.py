@@ -70,10 +70,22 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
         self, client: AsyncAnthropic, params: dict[str, Any], on_text: TextSink
     ) -> ModelResponse:
         """Stream the message; the SDK rebuilds it whole (thinking, signatures,
-        tool input) for :meth:`parse`."""
+        tool input) for :meth:`parse`.
+
+        A stream that never starts a message (a proxy's page, a JSON body where
+        events were due) is an invalid response, not the SDK's bare assertion.
+        """
+        started = False
         async with client.messages.stream(**params) as stream:
-            async for piece in stream.text_stream:
-                on_text(piece)
+            # The events themselves rather than ``text_stream`` (the same text
+            # deltas), to see whether a message ever started.
+            async for event in stream:
+                if event.type == "message_start":
+                    started = True
+                elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    on_text(event.delta.text)
+            if not started:
+                raise self.invalid_response("the stream carried no message (no message_start)")
             message = await stream.get_final_message()
         return self.parse(message)
 

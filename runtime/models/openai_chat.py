@@ -83,7 +83,7 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
         Tool calls arrive as deltas keyed by index (id and name once, the
         arguments string in pieces); usage comes in a last chunk of its own.
         """
-        from openai import AsyncStream
+        from openai import AsyncStream, BaseModel
         from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         stream = await client.post(
@@ -100,14 +100,26 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
         finish_reason: str | None = None
         usage: CompletionUsage | None = None
         answered = False
+        chunks = 0
         async with stream:
             async for chunk in stream:
+                chunks += 1
+                # The SDK builds chunks without checking them: one that is not
+                # an object, or whose choices are not a list, is not read.
+                if not isinstance(chunk, BaseModel):
+                    raise self.invalid_response(f"stream chunk {chunks} is {body_kind(chunk)}")
+                if not isinstance(chunk.choices, list | None):
+                    raise self.invalid_response(
+                        f"stream chunk {chunks}: choices is {body_kind(chunk.choices)}"
+                    )
                 usage = chunk.usage or usage
                 for choice in chunk.choices or []:
                     if choice.index != 0:
                         continue
                     answered = True
                     delta = choice.delta
+                    if delta is None:
+                        continue
                     finish_reason = choice.finish_reason or finish_reason
                     if delta.content:
                         text.append(delta.content)
@@ -122,6 +134,8 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
                         if call.function is not None:
                             slot["name"] = slot["name"] or call.function.name or ""
                             slot["arguments"] += call.function.arguments or ""
+        if not chunks:
+            raise self.invalid_response("the stream carried no chunks (no data: events)")
         if not answered:
             raise ModelError(f"openai model {self.name!r} returned no choices")
         return self._response(
@@ -131,8 +145,8 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
                 for _, c in sorted(calls.items())
             ],
             reasoning_content="".join(reasoning) if reasoning else None,
-            input_tokens=usage.prompt_tokens if usage is not None else None,
-            output_tokens=usage.completion_tokens if usage is not None else None,
+            input_tokens=_count(getattr(usage, "prompt_tokens", None)),
+            output_tokens=_count(getattr(usage, "completion_tokens", None)),
             stop_reason=finish_reason,
         )
 
