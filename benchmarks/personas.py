@@ -462,12 +462,12 @@ async def throughput(
 
 
 async def ask_all(
-    rt: Runtime, asks: list[tuple[str, str]]
+    rt: Runtime, asks: list[tuple[str, str]], timeout: float = 300.0
 ) -> tuple[float, float, list[ReplyEnvelope]]:
     """(seconds to submit every ask, seconds to the last reply, the replies)."""
     t0 = time.perf_counter()
     tasks = [
-        asyncio.create_task(rt.ask_async(p, "hello there", conversation_id=cid, timeout=300))
+        asyncio.create_task(rt.ask_async(p, "hello there", conversation_id=cid, timeout=timeout))
         for p, cid in asks
     ]
     # One pass of the loop runs each task up to its first real wait: by then
@@ -583,8 +583,12 @@ def warm_up(
     """
     t0 = time.perf_counter()
     pending, failed_first = list(names), []
+    # Every persona process starts at once: on 2 busy cores 100 of them can
+    # take longer than one ask's usual 300 s.
+    timeout = max(300.0, 10.0 * len(names))
     for attempt in range(attempts):
-        _, _, replies = asyncio.run(ask_all(rt, [(p, f"{p}:warm") for p in pending]))
+        asks = [(p, f"{p}:warm") for p in pending]
+        _, _, replies = asyncio.run(ask_all(rt, asks, timeout=timeout))
         bad = [
             (p, r.error or r.status)
             for p, r in zip(pending, replies, strict=True)
