@@ -25,7 +25,7 @@ from runtime.messages import (
     UserMessage,
 )
 from runtime.models.base import TextSink
-from runtime.models.sdk import SDKModel, body_kind
+from runtime.models.sdk import SDKModel, body_kind, token_count
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -182,8 +182,8 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
         return ModelResponse(
             message=AssistantMessage(text="".join(texts), tool_calls=tool_calls, thinking=thinking),
             usage=Usage(
-                input_tokens=_count(getattr(usage, "input_tokens", None)),
-                output_tokens=_count(getattr(usage, "output_tokens", None)),
+                input_tokens=token_count(getattr(usage, "input_tokens", None)),
+                output_tokens=token_count(getattr(usage, "output_tokens", None)),
             ),
             provider=self.provider,
             model=self.config.name,
@@ -265,11 +265,6 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
             }
         )
     return blocks
-
-
-def _count(value: object) -> int:
-    """A token count from the usage object: 0 when absent or not a count."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _parse_input(raw: Any) -> dict[str, Any] | str:

@@ -25,7 +25,7 @@ from runtime.messages import (
     UserMessage,
 )
 from runtime.models.base import TextSink
-from runtime.models.sdk import SDKModel, body_kind
+from runtime.models.sdk import SDKModel, body_kind, token_count
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -145,8 +145,8 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
                 for _, c in sorted(calls.items())
             ],
             reasoning_content="".join(reasoning) if reasoning else None,
-            input_tokens=_count(getattr(usage, "prompt_tokens", None)),
-            output_tokens=_count(getattr(usage, "completion_tokens", None)),
+            input_tokens=token_count(getattr(usage, "prompt_tokens", None)),
+            output_tokens=token_count(getattr(usage, "completion_tokens", None)),
             stop_reason=finish_reason,
         )
 
@@ -237,8 +237,8 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
             text=self._content(message.get("content")),
             tool_calls=tool_calls,
             reasoning_content=reasoning if isinstance(reasoning, str) else None,
-            input_tokens=_count(usage.get("prompt_tokens")),
-            output_tokens=_count(usage.get("completion_tokens")),
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
             stop_reason=finish_reason if isinstance(finish_reason, str) else None,
         )
 
@@ -297,8 +297,8 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
         text: str,
         tool_calls: list[ToolCall],
         reasoning_content: str | None,
-        input_tokens: int | None,
-        output_tokens: int | None,
+        input_tokens: int,
+        output_tokens: int,
         stop_reason: str | None,
     ) -> ModelResponse:
         """The neutral response, whether the answer came whole or streamed."""
@@ -306,16 +306,11 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
             message=AssistantMessage(
                 text=text, tool_calls=tool_calls, reasoning_content=reasoning_content
             ),
-            usage=Usage(input_tokens=input_tokens or 0, output_tokens=output_tokens or 0),
+            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
             provider=self.provider,
             model=self.config.name,
             stop_reason=stop_reason,
         )
-
-
-def _count(value: object) -> int:
-    """A token count from the usage object: 0 when absent or not a count."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _assistant_to_wire(message: AssistantMessage, *, backfill: bool) -> dict[str, Any]:

@@ -235,6 +235,11 @@ def body_kind(value: object, *, whole_body: bool = False) -> str:
     return f"a {type(value).__name__}"
 
 
+def token_count(value: object) -> int:
+    """A token count from a usage object: 0 when absent or not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _refused(exc: BaseException) -> OSError | None:
     """The connection error (refused, unreachable, reset) behind ``exc``, if any."""
     seen: set[int] = set()
@@ -259,4 +264,4 @@ def _http_errors(name: str) -> tuple[type[Exception], ...]:
     )
 
 
-__all__ = ["SDKModel", "body_kind"]
+__all__ = ["SDKModel", "body_kind", "token_count"]
