@@ -101,3 +101,26 @@ async def serve_embeddings(handler: Handler) -> tuple[web.AppRunner, str]:
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     port = runner.addresses[0][1]
     return runner, f"http://127.0.0.1:{port}/v1"
+
+
+# -- the Ray cluster's actor table (the GCS's: no dashboard needed) ------------
+
+
+def ray_actors() -> list[dict[str, Any]]:
+    """Every actor the connected cluster knows, alive or dead."""
+    import ray
+
+    return list(ray._private.state.actors().values())
+
+
+def owned_by(name: str, class_name: str) -> list[dict[str, Any]]:
+    """The actors of ``class_name`` that the live actor ``name`` created."""
+    table = ray_actors()
+    (owner,) = [a for a in table if a["Name"] == name and a["State"] == "ALIVE"]
+    where = (owner["Address"]["IPAddress"], owner["Address"]["Port"])
+    return [
+        a
+        for a in table
+        if a["ActorClassName"] == class_name
+        and (a["OwnerAddress"]["IPAddress"], a["OwnerAddress"]["Port"]) == where
+    ]

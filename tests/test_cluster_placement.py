@@ -28,7 +28,7 @@ from actors import persona_actor_name
 from coterie import Runtime
 from runtime.errors import PlacementError
 from runtime.messages import AssistantMessage
-from tests.helpers import scripted, write_persona
+from tests.helpers import owned_by, ray_actors, scripted, write_persona
 
 pytestmark = pytest.mark.ray
 
@@ -148,26 +148,9 @@ def rt(nodes: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runti
 # -- where actors run (the GCS's actor table: no dashboard needed) -------------------
 
 
-def actors() -> list[dict[str, Any]]:
-    return list(ray._private.state.actors().values())
-
-
 def node_of_named(name: str) -> str:
-    (entry,) = [a for a in actors() if a["Name"] == name and a["State"] == "ALIVE"]
+    (entry,) = [a for a in ray_actors() if a["Name"] == name and a["State"] == "ALIVE"]
     return str(entry["Address"]["NodeID"])
-
-
-def owned_by(name: str, class_name: str) -> list[dict[str, Any]]:
-    """The actors of ``class_name`` that the live actor ``name`` created."""
-    table = actors()
-    (owner,) = [a for a in table if a["Name"] == name and a["State"] == "ALIVE"]
-    where = (owner["Address"]["IPAddress"], owner["Address"]["Port"])
-    return [
-        a
-        for a in table
-        if a["ActorClassName"] == class_name
-        and (a["OwnerAddress"]["IPAddress"], a["OwnerAddress"]["Port"]) == where
-    ]
 
 
 def named(name: str, namespace: str) -> bool:

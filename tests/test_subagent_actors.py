@@ -19,7 +19,7 @@ from actors import persona_actor_name
 from coterie import Runtime
 from runtime.config import RuntimeSettings
 from runtime.messages import AssistantMessage, ToolResultMessage, UserMessage
-from tests.helpers import scripted, write_persona
+from tests.helpers import owned_by, scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -77,21 +77,42 @@ def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[
     runtime.shutdown()
 
 
-def subagent_processes(title: str = "ray::SubagentActor") -> list[psutil.Process]:
-    """Subagent actor processes by their title: ``ray::SubagentActor.run``
-    while running a task, ``ray::SubagentActor`` while idle (a spare)."""
+def subagent_processes(rt: Runtime, title: str = "ray::SubagentActor") -> list[psutil.Process]:
+    """The lead persona's live Subagent actors' processes, by their title:
+    ``ray::SubagentActor.run`` while running a task, ``ray::SubagentActor``
+    while idle (a spare).
+
+    Only actors this runtime's persona created count: the machine may hold
+    other Ray sessions' workers with the same title (a lost node's leftovers,
+    another checkout's tests), and those must not change the count.
+    """
+    owned = owned_by(persona_actor_name(rt.id, "lead"), "SubagentActor")
+    return [
+        proc
+        for proc, cmd in titled({int(a["Pid"]) for a in owned}, title)
+        if title.endswith(".run") or ".run" not in cmd
+    ]
+
+
+def titled(pids: set[int], title: str) -> list[tuple[psutil.Process, str]]:
+    """The processes among ``pids`` still running whose title starts with
+    ``title``, each with its command line."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if cmd.startswith(title) and (title.endswith(".run") or ".run" not in cmd):
-            found.append(proc)
+    for pid in sorted(pids - {0}):  # 0: an actor whose process never started
+        try:
+            proc = psutil.Process(pid)
+            cmd = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if cmd.startswith(title):
+            found.append((proc, cmd))
     return found
 
 
-def running_subagent_pid() -> int:
+def running_subagent_pid(rt: Runtime) -> int:
     """The pid of the one Subagent actor running a task."""
-    wait_until(lambda: len(subagent_processes("ray::SubagentActor.run")) == 1)
-    (proc,) = subagent_processes("ray::SubagentActor.run")
+    wait_until(lambda: len(subagent_processes(rt, "ray::SubagentActor.run")) == 1)
+    (proc,) = subagent_processes(rt, "ray::SubagentActor.run")
     return int(proc.pid)
 
 
@@ -141,14 +162,14 @@ def test_two_spawns_run_in_their_own_actors_and_come_back_as_one_wake(rt: Runtim
         == 1
     )
     # The subagents' actors are gone (killed once they reported); only a spare waits.
-    wait_until(lambda: subagent_processes("ray::SubagentActor.run") == [])
-    assert len(subagent_processes()) <= 1
+    wait_until(lambda: subagent_processes(rt, "ray::SubagentActor.run") == [])
+    assert len(subagent_processes(rt)) <= 1
 
 
 def test_a_killed_subagent_actor_reports_crashed(rt: Runtime) -> None:
     conv = "lead:crash"
     assert rt.ask("lead", "crash test", conversation_id=conv).steps == 1
-    os.kill(running_subagent_pid(), signal.SIGKILL)
+    os.kill(running_subagent_pid(rt), signal.SIGKILL)
     rt.wait_settled("lead", conv, timeout=120)
     text = wake_of(rt, conv)
     assert "(subagent) · crashed" in text and "ActorLostError" in text
@@ -161,13 +182,15 @@ def test_a_subagent_past_its_timeout_is_stopped_and_reported(rt: Runtime) -> Non
     text = wake_of(rt, conv)
     assert "(subagent) · timeout" in text and "did not finish within 3 s" in text
     # Its actor's process is gone (its model would still be sleeping: 600 s).
-    wait_until(lambda: subagent_processes("ray::SubagentActor.run") == [])
+    wait_until(lambda: subagent_processes(rt, "ray::SubagentActor.run") == [])
 
 
 def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runtime) -> None:
     conv = "lead:persona-dies"
     # The turn ends once both subagents run (their handles are registered).
     assert rt.ask("lead", "the persona dies", conversation_id=conv).steps == 1
+    wait_until(lambda: len(subagent_processes(rt, "ray::SubagentActor.run")) == 2)
+    running = {p.pid for p in subagent_processes(rt, "ray::SubagentActor.run")}
     handle = ray.get_actor(persona_actor_name(rt.id, "lead"), namespace=rt.namespace)
     os.kill(ray.get(handle.stats.remote())["pid"], signal.SIGKILL)
     # Ray restarts the persona; its subagents died with it (it owned them).
@@ -180,7 +203,8 @@ def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runti
     assert "task: hang too" in text
     final = rt.history("lead", conv)[-1]
     assert isinstance(final, AssistantMessage) and final.text.startswith("Summary:")
-    wait_until(lambda: subagent_processes("ray::SubagentActor.run") == [], what="subagents gone")
+    # The restarted persona owns new actors: the two that ran are checked by pid.
+    wait_until(lambda: titled(running, "ray::SubagentActor") == [], what="subagents gone")
     # Each is reported once: a finished row per handle; a second check finds nothing.
     rows = rt.query(
         "select call_id, status from events where kind = 'delegation' "
