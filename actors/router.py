@@ -24,7 +24,7 @@ from runtime.connectors import ConnectorInfo, OutboundMessage
 from runtime.errors import PlacementError
 from runtime.mcp.records import McpLaunch
 from runtime.messages import PersonaStats
-from runtime.routing import PersonaInfo, Router, RouterStatus
+from runtime.routing import Router, RouterStatus
 from runtime.routing.placement import check_placement, start_timeout_message
 
 
@@ -217,8 +217,10 @@ class RouterActor:
     async def active(self) -> list[str]:
         return self.router.active()
 
-    async def personas(self, offset: int = 0, limit: int | None = None) -> list[PersonaInfo]:
-        return await self.router.personas(offset, limit)
+    async def persona_rows(
+        self, offset: int = 0, limit: int | None = None
+    ) -> list[tuple[str, str, bool]]:
+        return await self.router.persona_rows(offset, limit)
 
     async def count(self) -> int:
         return self.router.count()

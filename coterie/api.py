@@ -491,8 +491,10 @@ class Runtime:
     async def personas_async(self, offset: int = 0, limit: int | None = None) -> list[PersonaInfo]:
         """Name, description and activity of the personas in the home, by
         name: all of them, or the page ``offset``/``limit``."""
-        result: list[PersonaInfo] = await self.directory.call_router("personas", offset, limit)
-        return result
+        rows: list[tuple[str, str, bool]] = await self.directory.call_router(
+            "persona_rows", offset, limit
+        )
+        return [PersonaInfo(name=n, description=d, active=a) for n, d, a in rows]
 
     def personas(self, offset: int = 0, limit: int | None = None) -> list[PersonaInfo]:
         """See :meth:`personas_async`."""

@@ -242,7 +242,10 @@ class TurnLoop:
         thinking: bool | None = None,
     ) -> AssistantMessage:
         result.steps += 1
-        request = ModelRequest(
+        # Built from values that are typed already (the history's messages, the
+        # specs' definitions): validating them again cost more per call than
+        # anything else of ours in the loop, and grows with the history.
+        request = ModelRequest.model_construct(
             system=system,
             messages=list(ctx.conversation.history),
             tools=[spec.definition() for spec in tools.values()],

@@ -23,7 +23,7 @@ from runtime.messages import (
     UserMessage,
 )
 from runtime.models import _retry
-from runtime.models.openai_chat import OpenAIChatModel
+from runtime.models.openai_chat import OpenAIChatModel, ToolsWire
 from runtime.testing import FakeOpenAIServer
 
 KEY = "sk-test-openai"
@@ -147,6 +147,62 @@ async def test_tool_call_round_trip(srv: FakeOpenAIServer) -> None:
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21C"},
     ]
+
+
+CLOCK = ToolDefinition(
+    name="clock",
+    description="L'heure qu'il est, à Paris ou ailleurs.",
+    parameters={"type": "object", "properties": {}},
+)
+
+
+def wire_tool(tool: ToolDefinition) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+async def test_the_tools_sent_follow_each_requests_tool_set(srv: FakeOpenAIServer) -> None:
+    # The tools' JSON is cached per set of tools: every call must still send
+    # exactly the tools it was given, whole, as the JSON it declares.
+    sets: list[list[ToolDefinition]] = [[WEATHER], [WEATHER], [WEATHER, CLOCK], [CLOCK], []]
+    model = make_model(srv.base_url)
+    try:
+        for tools in sets:
+            await model.request(ask(tools=tools))
+    finally:
+        await model.aclose()
+    for tools, body, headers in zip(sets, srv.requests, srv.headers, strict=True):
+        assert body.get("tools", []) == [wire_tool(t) for t in tools]
+        assert body["messages"] == [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "hello"},
+        ]
+        assert headers["content-type"] == "application/json"
+    assert "tool_choice" not in srv.requests[-1]
+    assert srv.requests[3]["tools"][0]["function"]["description"] == CLOCK.description
+
+
+def test_a_tool_set_dropped_from_the_cache_is_encoded_in_full() -> None:
+    model = OpenAIChatModel(OpenAIModelConfig(provider="openai", name="gpt-test"), api_key=KEY)
+    model._tools = ToolsWire(size=2)
+    first = model.build_params(ask(tools=[WEATHER]))
+    assert model.build_params(ask(tools=[WEATHER]))["tools"] is first["tools"]
+    model.build_params(ask(tools=[CLOCK]))
+    model.build_params(ask(tools=[WEATHER, CLOCK]))  # evicts [WEATHER], the oldest
+    assert model._tools.encoded(first["tools"]) is None
+    again = model.build_params(ask(tools=[WEATHER]))
+    assert again["tools"] is not first["tools"]
+    for params in (first, again, model.build_params(ask(tools=[CLOCK]))):
+        assert json.loads(model.encode(params)) == params
+    # Unknown lists (a body built by hand) are encoded as they are.
+    by_hand = {**first, "tools": [wire_tool(CLOCK)]}
+    assert json.loads(model.encode(by_hand)) == by_hand
 
 
 async def test_tool_choice_named_and_none(srv: FakeOpenAIServer) -> None:
