@@ -189,8 +189,15 @@ def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runti
     conv = "lead:persona-dies"
     # The turn ends once both subagents run (their handles are registered).
     assert rt.ask("lead", "the persona dies", conversation_id=conv).steps == 1
-    wait_until(lambda: len(subagent_processes(rt, "ray::SubagentActor.run")) == 2)
-    running = {p.pid for p in subagent_processes(rt, "ray::SubagentActor.run")}
+    # Both run their task: each has started its turn in the audit log. (Not
+    # by the process title: an async actor's title goes back to idle when any
+    # of its calls ends, and a new actor's readiness check can end after the
+    # task began.)
+    wait_until(lambda: subagent_turns_started(rt, conv) == 2, what="both subagents started")
+    # Every Subagent actor the persona owns dies with it, the spare too.
+    lead = persona_actor_name(rt.id, "lead")
+    running = {int(a["Pid"]) for a in owned_by(lead, "SubagentActor") if a["State"] == "ALIVE"}
+    assert len(running) >= 2
     handle = ray.get_actor(persona_actor_name(rt.id, "lead"), namespace=rt.namespace)
     os.kill(ray.get(handle.stats.remote())["pid"], signal.SIGKILL)
     # Ray restarts the persona; its subagents died with it (it owned them).
@@ -203,7 +210,7 @@ def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runti
     assert "task: hang too" in text
     final = rt.history("lead", conv)[-1]
     assert isinstance(final, AssistantMessage) and final.text.startswith("Summary:")
-    # The restarted persona owns new actors: the two that ran are checked by pid.
+    # The restarted persona owns new actors: those the killed one owned are checked by pid.
     wait_until(lambda: titled(running, "ray::SubagentActor") == [], what="subagents gone")
     # Each is reported once: a finished row per handle; a second check finds nothing.
     rows = rt.query(
@@ -213,6 +220,16 @@ def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runti
     assert sorted(status for _, status in rows) == ["crashed", "crashed"]
     assert len({h for h, _ in rows}) == 2
     assert ray.get(handle.recover_lost_work.remote()) == 0
+
+
+def subagent_turns_started(rt: Runtime, conv: str) -> int:
+    """How many of the subagents ``conv`` delegated to have started their turn."""
+    started: int = rt.query(
+        "select count(distinct conversation_id) from events where kind = 'turn_started' "
+        "and conversation_id in (select call_id from events where kind = 'delegation' "
+        f"and conversation_id = '{conv}')"
+    ).rows[0][0]
+    return started
 
 
 def delegation_wakes(rt: Runtime, conv: str) -> list[str]:
