@@ -205,6 +205,25 @@ def test_a_tool_set_dropped_from_the_cache_is_encoded_in_full() -> None:
     assert json.loads(model.encode(by_hand)) == by_hand
 
 
+def test_a_body_is_the_json_the_sdk_would_write() -> None:
+    from openai._utils._json import openapi_dumps
+
+    model = make_model("http://127.0.0.1:9/v1")
+    history = [
+        UserMessage(text='héllo "quoted" \\ back\nslash \u2028 \x00 </script> 日本'),
+        AssistantMessage(
+            text="", tool_calls=[ToolCall(id="c1", name="clock", arguments={"tz": "Europe/Paris"})]
+        ),
+        ToolResultMessage(call_id="c1", name="clock", content="12:00 \u00e9t\u00e9"),
+    ]
+    plain = model.build_params(ModelRequest(system="Sé terse.", messages=history, max_tokens=9))
+    assert model.encode(plain) == openapi_dumps(plain)
+    tooled = model.build_params(
+        ModelRequest(system="Sé terse.", messages=history, tools=[WEATHER, CLOCK])
+    )
+    assert json.loads(model.encode(tooled)) == json.loads(openapi_dumps(tooled))
+
+
 async def test_tool_choice_named_and_none(srv: FakeOpenAIServer) -> None:
     model = make_model(srv.base_url)
     try:
