@@ -190,9 +190,8 @@ def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runti
     # The turn ends once both subagents run (their handles are registered).
     assert rt.ask("lead", "the persona dies", conversation_id=conv).steps == 1
     # Both run their task: each has started its turn in the audit log. (Not
-    # by the process title: an async actor's title goes back to idle when any
-    # of its calls ends, and a new actor's readiness check can end after the
-    # task began.)
+    # by the process title: Ray sets it back to idle as each call ends, and a
+    # freshly created subagent was seen titled idle while it ran.)
     wait_until(lambda: subagent_turns_started(rt, conv) == 2, what="both subagents started")
     # Every Subagent actor the persona owns dies with it, the spare too.
     lead = persona_actor_name(rt.id, "lead")
