@@ -29,10 +29,7 @@ from pydantic import (
 from runtime.connectors.telegram import TelegramSettings
 from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
 from runtime.messages import TurnContextKind
-
-#: PyYAML's safe loader, in C when libyaml is there (several times faster:
-#: listing 10,000 personas reads 10,000 files).
-SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from runtime.yaml_load import load_yaml
 
 PERSONA_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -508,7 +505,7 @@ def check_persona_name(path: Path | str, name: str) -> None:
 def parse_persona_config(yaml_path: str, data: bytes) -> PersonaConfig:
     """Validate the bytes of one ``persona.yaml``; raises :class:`PersonaConfigError`."""
     try:
-        raw = yaml.load(data.decode("utf-8"), Loader=SAFE_LOADER)
+        raw = load_yaml(data.decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise PersonaConfigError(yaml_path, [f"not valid YAML: {exc}"]) from None
     if not isinstance(raw, dict):

@@ -32,6 +32,23 @@ def _row(names: list[str], name: str) -> int | None:
     return i if i < len(names) and names[i] == name else None
 
 
+def _read(path: str) -> tuple[float, bytes]:
+    """The file's mtime and bytes, from one open (unbuffered: a few µs less
+    per file than ``open()``, which counts at 10,000 files)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        stat = os.fstat(fd)
+        data = os.read(fd, stat.st_size + 1)
+        if len(data) > stat.st_size:  # it grew since the stat: read to the end
+            chunks = [data]
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        return stat.st_mtime, data
+    finally:
+        os.close(fd)
+
+
 class Roster:
     """Names and descriptions of the personas in ``home``, as one compact table.
 
@@ -103,9 +120,7 @@ class Roster:
         try:
             if row is not None and not isnan(mtimes[row]) and os.stat(path).st_mtime == mtimes[row]:
                 return descriptions[row]
-            with open(path, "rb") as file:
-                mtime = os.fstat(file.fileno()).st_mtime
-                data = file.read()
+            mtime, data = _read(path)
         except OSError:
             return None
         try:
