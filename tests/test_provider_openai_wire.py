@@ -97,6 +97,23 @@ async def test_plain_text_reply(srv: FakeOpenAIServer) -> None:
     assert srv.api_keys == [KEY]
 
 
+async def test_a_server_started_without_recording_answers_and_keeps_nothing() -> None:
+    # The benchmarks' server takes thousands of requests it never reads.
+    async with FakeOpenAIServer(record=False) as server:
+        server.enqueue_text("scripted")
+        model = make_model(server.base_url)
+        try:
+            first = await model.request(ask())
+            second = await model.request(ask(tools=[WEATHER]))
+        finally:
+            await model.aclose()
+        assert first.message.text == "scripted"
+        assert second.message.text == "ok"  # the default reply once the queue is empty
+        assert server.requests == [] and server.headers == []
+        with pytest.raises(RuntimeError, match="record=False"):
+            _ = server.last_request
+
+
 async def test_tool_call_round_trip(srv: FakeOpenAIServer) -> None:
     srv.enqueue_tool_call("get_weather", {"city": "Paris"}, call_id="call_1")
     srv.enqueue_text("It is sunny.")

@@ -3,8 +3,9 @@
 Used by the provider wire tests and the benchmarks: the real SDK clients talk
 to an :mod:`aiohttp` server on ``127.0.0.1`` with an ephemeral port. Each
 server records every JSON request body (``requests``) and its headers
-(``headers``), and answers from a queue of scripted replies, falling back to a
-default text reply when the queue is empty::
+(``headers``) unless started with ``record=False``, and answers from a queue
+of scripted replies, falling back to a default text reply when the queue is
+empty::
 
     async with FakeOpenAIServer() as srv:
         srv.enqueue_error(429, headers={"retry-after": "0"})
@@ -72,9 +73,14 @@ class FakeModelServer(LocalHttpServer):
         default_text: str | None = "ok",
         model: str = "fake-model",
         backlog: int = 4096,
+        record: bool = True,
     ) -> None:
         super().__init__()
         self.latency = latency
+        # ``record=False`` keeps no body or headers: a benchmark's server takes
+        # thousands of requests and never reads them, and the parsed bodies it
+        # would hold make each of its garbage collections longer.
+        self.record = record
         # ``None`` makes an unscripted request fail loudly (HTTP 500).
         self.default_text = default_text
         self.model = model
@@ -146,6 +152,8 @@ class FakeModelServer(LocalHttpServer):
     @property
     def last_request(self) -> dict[str, Any]:
         """The most recent JSON request body."""
+        if not self.record:
+            raise RuntimeError("this server was started with record=False: it keeps no bodies")
         return self.requests[-1]
 
     @property
@@ -233,8 +241,9 @@ class FakeModelServer(LocalHttpServer):
             payload = await http_request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return web.json_response(self._error_body(400, "body is not JSON"), status=400)
-        self.requests.append(payload)
-        self.headers.append({k.lower(): v for k, v in http_request.headers.items()})
+        if self.record:
+            self.requests.append(payload)
+            self.headers.append({k.lower(): v for k, v in http_request.headers.items()})
         # Take the reply on arrival so concurrent requests consume in order.
         reply = self._queue.popleft() if self._queue else self._default_reply(payload)
         self.in_flight += 1
