@@ -1,0 +1,227 @@
+"""Where one turn's CPU goes: the turn itself, the SDK, and the Ray shell.
+
+One warm persona, an instant model, ``--in-flight`` turns at a time, no
+other load of ours: the CPU per turn of the process doing the work, each
+beside the floor that does the same minus coterie, measured in the same run:
+
+* **in-process** (this process): ``PersonaRuntime.handle`` through the
+  OpenAI provider to the fake OpenAI server (in its own process) beside the
+  SDK call alone, made as the provider makes it (``benchmarks/scale.py``'s
+  SDK floor); and a scripted-model persona (no SDK, no HTTP), which is the
+  turn's own machinery: audit rows and their spool lines, tool filters,
+  history, the reply;
+* **through Ray** (the actor's process): the same OpenAI persona as a
+  Persona actor called through ``Runtime.ask_async`` beside the SDK-floor
+  actor called with ``.remote()``; the scripted persona beside a bare async
+  actor whose method returns its argument (Ray's own cost of one call).
+
+``scale.py`` shows what these costs become with 100 personas on two cores;
+this script says which part of them is whose.
+
+    python benchmarks/turn_cpu.py [--turns 2000] [--in-flight 10] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.personas import (  # noqa: E402
+    KEY_ENV,
+    ServerProcess,
+    openai_persona,
+    persona_pids,
+    write_persona,
+)
+from benchmarks.scale import SdkActor, SdkRemote  # noqa: E402
+from coterie import Runtime  # noqa: E402
+from runtime.audit import AuditBuffer  # noqa: E402
+from runtime.config import load_persona  # noqa: E402
+from runtime.messages import MessageEnvelope  # noqa: E402
+from runtime.models import build_model  # noqa: E402
+from runtime.persona import PersonaRuntime  # noqa: E402
+from tools import builtin_registry  # noqa: E402
+
+SCRIPTED = {"description": "Answers at once.", "model": {"provider": "scripted", "default": "pong"}}
+NAMES = {"openai": "cpu-openai", "scripted": "cpu-scripted"}
+
+
+class Echo:
+    """Ray's floor for one call: an async method that returns its argument."""
+
+    async def call(self, data: str) -> str:
+        return data
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+EchoRemote = ray.remote(num_cpus=0)(Echo)
+
+
+def cpu_of(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+async def waves(call: Callable[[int], Awaitable[Any]], turns: int, in_flight: int) -> None:
+    for start in range(0, turns, in_flight):
+        await asyncio.gather(*(call(start + j) for j in range(min(in_flight, turns - start))))
+
+
+async def per_turn(
+    proc: psutil.Process,
+    call: Callable[[int], Awaitable[Any]],
+    args: argparse.Namespace,
+) -> float:
+    """Median over ``--rounds`` of ``proc``'s CPU per turn (ms), after a warm-up."""
+    await waves(call, 100, args.in_flight)
+    samples = []
+    for _ in range(args.rounds):
+        before = cpu_of(proc)
+        await waves(call, args.turns, args.in_flight)
+        samples.append(1000 * (cpu_of(proc) - before) / args.turns)
+    return statistics.median(samples)
+
+
+def envelope(name: str, i: int) -> MessageEnvelope:
+    return MessageEnvelope(recipient=name, conversation_id=f"c{i % 100}", text=f"ping {i}")
+
+
+async def in_process(home: Path, srv: ServerProcess, args: argparse.Namespace) -> dict[str, float]:
+    me = psutil.Process()
+    out: dict[str, float] = {}
+    for kind, name in NAMES.items():
+        loaded = load_persona(home, name)
+
+        async def discard(rows: list[dict[str, Any]]) -> None:
+            return None
+
+        buffer = AuditBuffer(discard, replay=discard, spool_path=home / f"{name}.spool.jsonl")
+        rt = PersonaRuntime(
+            loaded,
+            model=build_model(loaded.config.model),
+            registry=builtin_registry(),
+            audit=buffer,
+        )
+
+        async def turn(i: int, rt: PersonaRuntime = rt, name: str = name) -> None:
+            reply = await rt.handle(envelope(name, i))
+            if reply.status != "ok":
+                raise RuntimeError(f"{name}: {reply.status}: {reply.text}")
+
+        out[kind] = await per_turn(me, turn, args)
+        await rt.aclose()
+        await buffer.aclose()
+    sdk = SdkActor(srv.base_url + "/chat/completions")
+    out["sdk"] = await per_turn(me, sdk.call, args)
+    await sdk.session.close()
+    return out
+
+
+async def through_ray(
+    rt: Runtime, srv: ServerProcess, args: argparse.Namespace
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for kind, name in NAMES.items():
+        await rt.ask_async(name, "hello", conversation_id="warm")
+        proc = psutil.Process(next(iter(persona_pids(rt, [name]))))
+
+        async def ask(i: int, name: str = name) -> None:
+            reply = await rt.ask_async(name, f"ping {i}", conversation_id=f"c{i % 100}")
+            if reply.status != "ok":
+                raise RuntimeError(f"{name}: {reply.status}: {reply.text}")
+
+        out[kind] = await per_turn(proc, ask, args)
+    data = envelope(NAMES["scripted"], 0).model_dump_json()
+    floors: list[tuple[str, Any, str | None]] = [
+        ("sdk", SdkRemote, srv.base_url + "/chat/completions"),
+        ("echo", EchoRemote, None),
+    ]
+    for kind, actor_class, arg in floors:
+        actor: Any = actor_class.remote(arg) if arg else actor_class.remote()
+        proc = psutil.Process(await actor.pid.remote())
+
+        async def call(i: int, actor: Any = actor, kind: str = kind) -> None:
+            await actor.call.remote(i if kind == "sdk" else data)
+
+        out[kind] = await per_turn(proc, call, args)
+        ray.kill(actor)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=2000, help="turns per round")
+    parser.add_argument("--in-flight", type=int, default=10, help="turns at a time")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (median kept)")
+    args = parser.parse_args()
+    if args.turns < 1 or args.in_flight < 1 or args.rounds < 1:
+        parser.error("--turns, --in-flight and --rounds must be at least 1")
+    os.environ[KEY_ENV] = "sk-bench-dummy"  # the persona actor inherits it
+    os.environ.pop("RAY_ADDRESS", None)
+    load0 = os.getloadavg()[0]
+    started = time.perf_counter()
+    srv = ServerProcess(0.0)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            home = Path(tmp)
+            write_persona(home, NAMES["openai"], openai_persona(srv.base_url))
+            write_persona(home, NAMES["scripted"], SCRIPTED)
+            local = asyncio.run(in_process(home, srv, args))
+            rt = Runtime.start(home=home, num_cpus=2)
+            try:
+                actors = asyncio.run(through_ray(rt, srv, args))
+            finally:
+                rt.shutdown()
+    finally:
+        srv.stop()
+    table = Table(
+        title=(
+            f"CPU per turn (ms), {args.turns} turns x {args.rounds} rounds, {args.in_flight} in "
+            f"flight ({os.cpu_count()} cores, load {load0:.2f} at start, "
+            f"{time.perf_counter() - started:.0f} s)"
+        )
+    )
+    for column in ("figure", "coterie", "floor", "floor is", "ratio", "difference"):
+        table.add_column(column, justify="left" if column in ("figure", "floor is") else "right")
+
+    def row(figure: str, ours: float, floor: float | None, what: str) -> None:
+        if floor is None:
+            table.add_row(figure, f"{ours:.2f}", "", what, "", "")
+            return
+        table.add_row(
+            figure,
+            f"{ours:.2f}",
+            f"{floor:.2f}",
+            what,
+            f"{ours / floor:.2f}x",
+            f"{ours - floor:.2f}",
+        )
+
+    row("in-process: OpenAI persona turn", local["openai"], local["sdk"], "the SDK call alone")
+    row("in-process: scripted persona turn", local["scripted"], None, "(no model call)")
+    row("Ray: OpenAI persona, its process", actors["openai"], actors["sdk"], "SDK-floor actor")
+    row("Ray: scripted persona, its process", actors["scripted"], actors["echo"], "echo actor")
+    row("Ray shell: scripted persona", actors["scripted"], local["scripted"], "same, in-process")
+    Console(width=None if sys.stdout.isatty() else 140).print(table)
+
+
+if __name__ == "__main__":
+    main()
