@@ -217,14 +217,16 @@ class ToolRegistry:
         its optional ``customize(spec, ctx)``.
         """
         offered: dict[str, ToolSpec] = {}
-        allow, deny = ctx.tool_filter.allow, ctx.tool_filter.deny
+        # The two lists' matchers once per call, not once per tool and list.
+        allowed = _one_pattern(tuple(ctx.tool_filter.allow))
+        denied = _one_pattern(tuple(ctx.tool_filter.deny))
         specs: Iterable[ToolSpec] = self._specs.values()
         if extra and ctx.depth == 0:  # subagents get the registered tools only
             specs = [*specs, *(s for s in extra if s.name not in self._specs)]
         for spec in specs:
             if not spec.offered_in(ctx.context):
                 continue
-            if not matches_any(spec.name, allow) or matches_any(spec.name, deny):
+            if allowed(spec.name) is None or denied(spec.name) is not None:
                 continue
             if spec.delegation and ctx.depth > 0:
                 continue
