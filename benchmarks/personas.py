@@ -139,7 +139,18 @@ class _TimedOpenAIServer(FakeOpenAIServer):
 
 
 def _serve(conn: Any, latency: float) -> None:
-    """Child process: serve until told to stop (or the parent goes away)."""
+    """Child process: serve until told to stop (or the parent goes away).
+
+    The server stands in for a remote provider, but here it shares the cores
+    with what is measured. With 1,000 requests in flight, each holding a
+    persona's parsed tool schemas for the 1 s of latency, its cyclic garbage
+    collector kept walking those bodies: 0.44 ms of CPU per request against
+    0.21 with it off (12 kB bodies; a bare request's body, 0.14 against
+    0.09). The bodies hold no cycles and go by reference counting; what
+    else needs the collector is collected on each ``stats`` call, between
+    bursts, before the answer goes back.
+    """
+    gc.disable()
 
     async def main() -> None:
         # Nothing reads the bodies here (``stats`` reports times only); kept,
@@ -155,6 +166,7 @@ def _serve(conn: Any, latency: float) -> None:
                     return
                 if command != "stats":
                     return
+                gc.collect()
                 conn.send((srv.arrivals, srv.departures, srv.max_in_flight))
                 srv.arrivals, srv.departures, srv.max_in_flight = [], [], 0
 
