@@ -15,6 +15,10 @@ beside the floor that does the same minus coterie, measured in the same run:
   actor called with ``.remote()``; the scripted persona beside a bare async
   actor whose method returns its argument (Ray's own cost of one call).
 
+Turns go to 100 conversations in turn, so each persona's histories grow
+over the run (to ``3 x --turns / 100`` exchanges), as they do in use; the
+SDK floor sends one message.
+
 ``scale.py`` shows what these costs become with 100 personas on two cores;
 this script says which part of them is whose.
 
