@@ -16,7 +16,7 @@ beside the floor that does the same minus coterie, measured in the same run:
   actor whose method returns its argument (Ray's own cost of one call).
 
 Turns go to 100 conversations in turn, so each persona's histories grow
-over the run (to ``3 x --turns / 100`` exchanges), as they do in use; the
+over the run (to about ``--rounds x --turns / 100`` exchanges), as in use; the
 SDK floor sends one message.
 
 ``scale.py`` shows what these costs become with 100 personas on two cores;
