@@ -154,16 +154,17 @@ async def through_ray(
 
         out[kind] = await per_turn(proc, ask, args)
     data = envelope(NAMES["scripted"], 0).model_dump_json()
-    floors: list[tuple[str, Any, str | None]] = [
-        ("sdk", SdkRemote, srv.base_url + "/chat/completions"),
-        ("echo", EchoRemote, None),
+    # Each floor actor and what its call takes: the SDK floor a request
+    # number, the echo actor an envelope as the persona gets one.
+    floors: list[tuple[str, Any, Callable[[int], Any]]] = [
+        ("sdk", SdkRemote.remote(srv.base_url + "/chat/completions"), lambda i: i),
+        ("echo", EchoRemote.remote(), lambda i: data),
     ]
-    for kind, actor_class, arg in floors:
-        actor: Any = actor_class.remote(arg) if arg else actor_class.remote()
+    for kind, actor, argument in floors:
         proc = psutil.Process(await actor.pid.remote())
 
-        async def call(i: int, actor: Any = actor, kind: str = kind) -> None:
-            await actor.call.remote(i if kind == "sdk" else data)
+        async def call(i: int, actor: Any = actor, argument: Any = argument) -> None:
+            await actor.call.remote(argument(i))
 
         out[kind] = await per_turn(proc, call, args)
         ray.kill(actor)
