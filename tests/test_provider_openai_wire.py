@@ -112,6 +112,8 @@ async def test_a_server_started_without_recording_answers_and_keeps_nothing() ->
         assert server.requests == [] and server.headers == []
         with pytest.raises(RuntimeError, match="record=False"):
             _ = server.last_request
+        with pytest.raises(RuntimeError, match="record=False"):
+            _ = server.api_keys
 
 
 async def test_tool_call_round_trip(srv: FakeOpenAIServer) -> None:

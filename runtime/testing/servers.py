@@ -149,16 +149,22 @@ class FakeModelServer(LocalHttpServer):
 
     # -- inspection --------------------------------------------------------
 
+    def _recorded(self) -> None:
+        # What is read from the records would be empty, not wrong, without
+        # them: a check that no key was sent would pass for nothing.
+        if not self.record:
+            raise RuntimeError("this server was started with record=False: it keeps no requests")
+
     @property
     def last_request(self) -> dict[str, Any]:
         """The most recent JSON request body."""
-        if not self.record:
-            raise RuntimeError("this server was started with record=False: it keeps no bodies")
+        self._recorded()
         return self.requests[-1]
 
     @property
     def api_keys(self) -> list[str | None]:
         """The API key each request carried (``x-api-key`` or bearer token)."""
+        self._recorded()
         keys: list[str | None] = []
         for headers in self.headers:
             key = headers.get("x-api-key")
