@@ -55,6 +55,13 @@ def await_started(actors: list[tuple[Any, Placement, str]]) -> None:
             raise PlacementError(start_timeout_message(placement, who)) from None
 
 
+def default_start_limit() -> int:
+    """Persona actors to start at a time when ``runtime.yaml`` does not say:
+    the cluster's CPUs (a GCS call), at least 2. Starting more at once only
+    makes each start take longer."""
+    return max(2, int(ray.cluster_resources().get("CPU", 0)))
+
+
 def check_cluster_placement(placement: Placement, who: str) -> None:
     """:func:`~runtime.routing.placement.check_placement` against the alive
     nodes of the cluster (a GCS call: run it off an event loop)."""
@@ -187,7 +194,12 @@ class RouterActor:
             memory_actor=memory_actor,
             settings=settings,
         )
-        self.router: Router[Any] = Router(Path(home), self.host, idle_timeout=settings.idle_timeout)
+        self.router: Router[Any] = Router(
+            Path(home),
+            self.host,
+            idle_timeout=settings.idle_timeout,
+            start_limit=settings.max_starting_personas or default_start_limit(),
+        )
         # After a restart the persona actors are still running: take them on,
         # so that flushing, passivating and stopping reach them.
         self.router.adopt(self.host.named_personas())
@@ -281,5 +293,6 @@ __all__ = [
     "RouterActorRemote",
     "await_started",
     "check_cluster_placement",
+    "default_start_limit",
     "placement_options",
 ]

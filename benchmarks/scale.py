@@ -14,7 +14,9 @@ own process (1 s latency), and:
    target ≤ 1.5× the floor. A variant of the floor, one call per actor making
    all its requests itself, shows what the Ray calls cost;
 2. **cold start**: activating the personas with one turn each, all at once,
-   beside starting as many bare actors (each answering one call); target ≤ 1.5×;
+   beside starting as many bare actors (each answering one call); target ≤ 1.5×.
+   The router starts ``max_starting_personas`` at a time, so the bare actors
+   are also started that many at a time, for a second ratio;
 3. **memory**: USS of an active persona (OpenAI SDK loaded, after the bursts)
    beside a bare actor (with its aiohttp session); the router's and the
    audit actor's USS; target ≤ 75 MiB per persona;
@@ -157,6 +159,35 @@ def start_bare(
     actors = [kind.remote(url) for _ in range(n)]
     ray.get([a.call.remote(0) for a in actors])
     return time.perf_counter() - t0, actors, meter.stop()
+
+
+def start_bare_paced(n: int, url: str, at_once: int) -> float:
+    """Seconds to start ``n`` bare actors, each answering one model call, with
+    at most ``at_once`` starting at a time (as the router starts personas);
+    the actors are stopped after."""
+
+    async def run() -> tuple[float, list[Any]]:
+        slots = asyncio.Semaphore(at_once)
+        actors: list[Any] = []
+
+        async def one() -> None:
+            async with slots:
+                actor: Any = BareRemote.remote(url)
+                actors.append(actor)
+                await actor.call.remote(0)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+        return time.perf_counter() - t0, actors
+
+    wall, actors = asyncio.run(run())
+    pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
+    for actor in actors:
+        ray.kill(actor)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.2)  # let their processes go
+    return wall
 
 
 def bare_burst(
@@ -341,6 +372,8 @@ def measure(
     bare = floor_group(BareRemote, "bare actors", n, url, per, roles, args.rounds, batched=True)
     sdk = floor_group(SdkRemote, "SDK actors", n, url, per, roles, args.rounds)
     bare_start, bare_start_cpu = bare["start"], bare["start_cpu"]
+    with console.status(f"starting {n} bare actors, as many at a time as the router"):
+        paced = start_bare_paced(n, url, ray.get(rt.router.status.remote()).start_limit)
     floors, batched = bare["bursts"], bare["batched"]
 
     def beside_sdk(
@@ -370,6 +403,10 @@ def measure(
         cold_cpu = meter.stop()
     rows.compare(f"cold start: {n} personas, first turn each", cold, bare_start, "s", 1.5)
     beside_sdk(cold, "start", "s", target=1.5)
+    # The router starts only a few personas at a time (max_starting_personas):
+    # the floor started the same way.
+    at_once = ray.get(rt.router.status.remote()).start_limit
+    rows.compare(f"  coterie / bare actors started {at_once} at a time", cold, paced, "s", None)
     # New processes have no role yet: they show by their actor class (and a
     # worker not yet an actor as "ray system").
     rows.add("  CPU during the cold start (core-s)", cpu_text(cold_cpu, cold))

@@ -584,6 +584,8 @@ class Runtime:
                 "active": [p.model_dump() for p in router.active],
                 "unresponsive": router.unresponsive,
                 "activating": router.activating,
+                "waiting_to_start": router.waiting_to_start,
+                "start_limit": router.start_limit,
             },
             "connectors": [c.model_dump() for c in router.connectors],
             "outbound_waiting": router.outbound_waiting,

@@ -322,11 +322,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"{data['server']['uptime_s']:.0f} s; Ray {data['ray']['address']}, "
         f"{data['ray']['nodes']} node(s)"
     )
+    starting, waiting = personas["activating"], personas["waiting_to_start"]
     console.print(
         f"personas: {personas['registered']} registered, {len(personas['active'])} active"
         + (
             f", not answering: {', '.join(personas['unresponsive'])}"
             if personas["unresponsive"]
+            else ""
+        )
+        + (
+            f", starting: {len(starting)} ({len(waiting)} waiting their turn, "
+            f"{personas['start_limit'] or 'any number'} at a time)"
+            if starting
             else ""
         )
     )

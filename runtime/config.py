@@ -420,6 +420,13 @@ class RuntimeSettings(_Strict):
     max_background_processes: int = Field(
         default=16, ge=1, description="shell processes a persona may hold at once"
     )
+    max_starting_personas: int | None = Field(
+        default=None,
+        ge=1,
+        description="persona actors the router starts at a time (the others wait their "
+        "turn; pinned personas do not wait); null: the cluster's CPUs when the router "
+        "starts, at least 2",
+    )
     spill_retention_days: float = Field(
         default=7.0,
         gt=0,

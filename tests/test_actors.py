@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,6 +142,32 @@ def test_one_turn_at_a_time_per_conversation(rt: Runtime) -> None:
     assert at[(r1.turn_id, "turn_started")] >= at[(r0.turn_id, "turn_ended")]
     # …while slow:other's turn started during m0's: conversations run in parallel.
     assert at[(other.turn_id, "turn_started")] < at[(r0.turn_id, "turn_ended")]
+
+
+def test_personas_start_a_few_at_a_time_as_runtime_yaml_says(rt: Runtime, tmp_path: Path) -> None:
+    # Unset, the limit is the cluster's CPUs (at least 2).
+    default = max(2, int(ray.cluster_resources().get("CPU", 0)))
+    assert rt._run(rt.status_async())["personas"]["start_limit"] == default
+    names = [f"p{i}" for i in range(3)]
+    for name in names:
+        write_persona(tmp_path, name, scripted([], default=f"{name} here"))
+    (tmp_path / "runtime.yaml").write_text("max_starting_personas: 1\n", encoding="utf-8")
+    runtime = Runtime.start(home=tmp_path)
+    try:
+
+        async def first_asks() -> list[ReplyEnvelope]:
+            # All three need a start at once: one starts, two wait their turn.
+            return list(
+                await asyncio.gather(*(runtime.ask_async(n, "hi", timeout=120) for n in names))
+            )
+
+        replies = asyncio.run(first_asks())
+        assert [(r.status, r.text) for r in replies] == [("ok", f"{n} here") for n in names]
+        personas = runtime._run(runtime.status_async())["personas"]
+        assert personas["start_limit"] == 1 and personas["waiting_to_start"] == []
+        assert sorted(p["name"] for p in personas["active"]) == names
+    finally:
+        runtime.shutdown()
 
 
 def test_router_reachable_by_name_from_anywhere(rt: Runtime) -> None:

@@ -10,8 +10,10 @@ from typing import Any, Literal
 
 import pytest
 
+from runtime.config import RuntimeSettings, load_settings
 from runtime.errors import (
     ActorLostError,
+    ConfigError,
     DeliveryError,
     PersonaConfigError,
     PersonaPassivatedError,
@@ -44,16 +46,23 @@ class FakeHost:
         self.ready = True
         self.rosters: list[list[tuple[str, str]]] = []
         self.hung: set[str] = set()  # personas whose activity never answers
+        self.starting: set[str] = set()  # inside start() now
+        self.most_starting = 0
 
     async def start(self, name: str, roster: list[tuple[str, str]]) -> Handle:
         self.started.append(name)
         self.rosters.append(roster)
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.fail_next is not None:
-            error, self.fail_next = self.fail_next, None
-            raise error
-        return Handle(name, len(self.started))
+        self.starting.add(name)
+        self.most_starting = max(self.most_starting, len(self.starting))
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.fail_next is not None:
+                error, self.fail_next = self.fail_next, None
+                raise error
+            return Handle(name, len(self.started))
+        finally:
+            self.starting.discard(name)
 
     async def deliver(self, handle: Handle, data: str) -> str:
         if not handle.alive:
@@ -251,6 +260,73 @@ async def test_a_waiter_that_gives_up_does_not_cancel_the_start(home: Path) -> N
     assert first.cancelled()
     assert host.started == ["ana"] and r.active() == ["ana"]
     assert await r.resolve("ana") is handle
+
+
+async def test_starts_beyond_the_limit_wait_their_turn(home: Path) -> None:
+    for name in ("cy", "di"):
+        write_persona(home, name, scripted())
+    r, host = router(home, start_limit=2)
+    host.gate = asyncio.Event()
+    names = ["ana", "bo", "cy", "di"]
+    resolves = [asyncio.ensure_future(r.resolve(n)) for n in names]
+    await until(lambda: len(host.starting) == 2)
+    for _ in range(20):
+        await asyncio.sleep(0)  # the other two have every chance to start too
+    assert len(host.started) == 2
+    waiting = set(names) - host.starting
+    status = await r.status()
+    assert set(status.waiting_to_start) == waiting and status.start_limit == 2
+    assert status.activating == names  # starting or waiting, all of them
+    host.gate.set()
+    handles = await asyncio.gather(*resolves)
+    assert [h.name for h in handles] == names
+    assert sorted(host.started) == names and host.most_starting == 2
+    assert (await r.status()).waiting_to_start == []
+
+
+async def test_a_pinned_persona_does_not_wait_for_a_start_slot(home: Path) -> None:
+    pinned = {**scripted(), "placement": {"resources": {"gpu_box": 1}, "start_timeout": 5}}
+    write_persona(home, "gpu", pinned)
+    r, host = router(home, start_limit=1)
+    host.gate = asyncio.Event()
+    first = asyncio.ensure_future(r.resolve("ana"))  # takes the only slot
+    await until(lambda: host.starting == {"ana"})
+    queued = asyncio.ensure_future(r.resolve("bo"))
+    gpu = asyncio.ensure_future(r.resolve("gpu"))
+    await until(lambda: "gpu" in host.starting)
+    assert host.starting == {"ana", "gpu"} and (await r.status()).waiting_to_start == ["bo"]
+    host.gate.set()
+    assert [h.name for h in await asyncio.gather(first, queued, gpu)] == ["ana", "bo", "gpu"]
+
+
+async def test_a_failed_or_abandoned_start_gives_its_slot_back(home: Path) -> None:
+    r, host = router(home, start_limit=1)
+    host.fail_next = ActorLostError("no worker")
+    with pytest.raises(ActorLostError):
+        await r.resolve("ana")
+    # A caller that stops waiting does not stop the start, nor keep its slot.
+    host.gate = asyncio.Event()
+    waiter = asyncio.ensure_future(r.resolve("ana"))
+    await until(lambda: host.starting == {"ana"})
+    waiter.cancel()
+    host.gate.set()
+    assert (await asyncio.wait_for(r.resolve("bo"), 5)).name == "bo"
+    assert r.active() == ["ana", "bo"]
+
+
+def test_a_start_limit_below_one_is_refused(home: Path) -> None:
+    with pytest.raises(ValueError, match="start_limit must be at least 1"):
+        router(home, start_limit=0)
+
+
+def test_runtime_yaml_sets_how_many_personas_start_at_a_time(tmp_path: Path) -> None:
+    assert RuntimeSettings().max_starting_personas is None  # the cluster's CPUs
+    (tmp_path / "runtime.yaml").write_text("max_starting_personas: 3\n", encoding="utf-8")
+    assert load_settings(tmp_path).max_starting_personas == 3
+    for bad in ("0", "-2", "lots"):
+        (tmp_path / "runtime.yaml").write_text(f"max_starting_personas: {bad}\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match=r"runtime.yaml: max_starting_personas: "):
+            load_settings(tmp_path)
 
 
 async def test_unknown_and_broken_personas_are_refused_before_starting(home: Path) -> None:

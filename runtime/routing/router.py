@@ -5,7 +5,8 @@ costs nothing until its first message, when :meth:`Router.resolve` starts its
 actor — once, however many callers ask at the same moment. An actor idle for
 ``idle_timeout`` asks to be passivated and is stopped; the router remembers
 that it stopped it on purpose, so a caller that finds it gone knows its
-message was never taken and can resend.
+message was never taken and can resend. At most ``start_limit`` actors start
+at a time; the others wait their turn (see :meth:`Router.resolve`).
 
 How actors are started, asked and stopped is a :class:`PersonaHost`'s
 business (Ray in a cluster; a fake in the unit tests).
@@ -56,7 +57,11 @@ class RouterStatus(BaseModel):
     registered: int
     active: list[PersonaStats]
     unresponsive: list[str]
+    #: Starting, or waiting to (those in ``waiting_to_start`` too).
     activating: list[str]
+    #: Waiting for one of the ``start_limit`` starts at a time to end.
+    waiting_to_start: list[str]
+    start_limit: int | None
     connectors: list[ConnectorInfo]
     outbound_waiting: dict[str, int]
 
@@ -101,11 +106,20 @@ class Router(Generic[H]):
         host: PersonaHost[H],
         *,
         idle_timeout: float | None,
+        start_limit: int | None = None,
         passivated_cap: int = PASSIVATED_CAP,
     ) -> None:
+        if start_limit is not None and start_limit < 1:
+            raise ValueError(f"start_limit must be at least 1 (or None), got {start_limit}")
         self.home = home
         self.host = host
         self.idle_timeout = idle_timeout
+        self.start_limit = start_limit
+        # A process that starts imports its modules: on a few cores, a hundred
+        # doing so at once take far more CPU each than a few at a time
+        # (benchmarks/scale.py's cold start).
+        self._start_slots = asyncio.Semaphore(start_limit) if start_limit is not None else None
+        self._waiting: set[str] = set()
         self.roster = Roster(home)
         self._actors: dict[str, H] = {}
         self._activating: dict[str, asyncio.Task[H]] = {}
@@ -120,7 +134,10 @@ class Router(Generic[H]):
         """The actor of persona ``name``, started on first use.
 
         Concurrent calls for one persona share one start; a caller that stops
-        waiting does not stop the start. Unknown names raise
+        waiting does not stop the start. Beyond ``start_limit`` starts at a
+        time a start waits for one to end, except a pinned persona's (its
+        placement may keep it pending for its ``start_timeout``, which must
+        not hold up the others). Unknown names raise
         :class:`UnknownPersonaError`, a broken persona file its own
         :class:`~runtime.errors.PersonaConfigError`.
         """
@@ -132,15 +149,27 @@ class Router(Generic[H]):
             if not self.roster.knows(name):
                 raise UnknownPersonaError(name, self.roster.names)
             # A clear error if broken: persona.yaml, then its mcp.json files.
-            load_persona_dir(self.home / "personas" / name, name)
+            persona = load_persona_dir(self.home / "personas" / name, name)
             load_servers(self.home, self.home / "personas" / name)
-            task = asyncio.get_running_loop().create_task(self._start(name))
+            limited = not persona.config.placement.pinned
+            task = asyncio.get_running_loop().create_task(self._start(name, limited=limited))
             self._activating[name] = task
             task.add_done_callback(lambda done: self._activated(name, done))
         return await asyncio.shield(task)
 
-    async def _start(self, name: str) -> H:
-        handle = await self.host.start(name, self.roster.entries())
+    async def _start(self, name: str, *, limited: bool) -> H:
+        slots = self._start_slots if limited else None
+        if slots is not None:
+            self._waiting.add(name)
+            try:
+                await slots.acquire()
+            finally:
+                self._waiting.discard(name)
+        try:
+            handle = await self.host.start(name, self.roster.entries())
+        finally:
+            if slots is not None:
+                slots.release()
         self._actors[name] = handle
         return handle
 
@@ -256,6 +285,8 @@ class Router(Generic[H]):
             active=[s for s in found if s is not None],
             unresponsive=[n for n, s in zip(names, found, strict=True) if s is None],
             activating=sorted(self._activating),
+            waiting_to_start=sorted(self._waiting),
+            start_limit=self.start_limit,
             connectors=self.outbox.connectors(),
             outbound_waiting=self.outbox.waiting(),
         )
