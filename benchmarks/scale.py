@@ -163,8 +163,9 @@ def start_bare(
 
 def start_bare_paced(n: int, url: str, at_once: int) -> float:
     """Seconds to start ``n`` bare actors, each answering one model call, with
-    at most ``at_once`` starting at a time (as the router starts personas);
-    the actors are stopped after."""
+    at most ``at_once`` starting at a time, as the router starts personas: a
+    start ends when the actor answers, and its model call is made after, free
+    to overlap with the next starts. The actors are stopped after."""
 
     async def run() -> tuple[float, list[Any]]:
         slots = asyncio.Semaphore(at_once)
@@ -174,7 +175,8 @@ def start_bare_paced(n: int, url: str, at_once: int) -> float:
             async with slots:
                 actor: Any = BareRemote.remote(url)
                 actors.append(actor)
-                await actor.call.remote(0)
+                await actor.pid.remote()  # up: the router's ping
+            await actor.call.remote(0)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(n)))
