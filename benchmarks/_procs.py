@@ -33,6 +33,12 @@ def compile_coterie() -> str:
     return f"coterie's modules {state} (PYTHONDONTWRITEBYTECODE {flag})"
 
 
+def cpu_of(proc: psutil.Process) -> float:
+    """CPU seconds (user + system) ``proc`` has spent since it started."""
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
 def our_ray_processes(title: str) -> list[psutil.Process]:
     """Ray workers of *this* session whose proctitle starts with ``ray::<title>``.
 
@@ -50,4 +56,4 @@ def our_ray_processes(title: str) -> list[psutil.Process]:
     return found
 
 
-__all__ = ["compile_coterie", "our_ray_processes"]
+__all__ = ["compile_coterie", "cpu_of", "our_ray_processes"]

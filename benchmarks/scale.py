@@ -161,6 +161,15 @@ def start_bare(
     return time.perf_counter() - t0, actors, meter.stop()
 
 
+def stop_actors(actors: list[Any], pids: set[int]) -> None:
+    """Kill ``actors`` and wait (up to 30 s) until their processes ``pids`` are gone."""
+    for actor in actors:
+        ray.kill(actor)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.2)  # let their processes go
+
+
 def start_bare_paced(n: int, url: str, at_once: int, kind: Any = BareRemote) -> float:
     """Seconds to start ``n`` actors of ``kind``, each answering one model call, with
     at most ``at_once`` starting at a time, as the router starts personas: a
@@ -183,12 +192,7 @@ def start_bare_paced(n: int, url: str, at_once: int, kind: Any = BareRemote) -> 
         return time.perf_counter() - t0, actors
 
     wall, actors = asyncio.run(run())
-    pids = {int(p) for p in ray.get([a.pid.remote() for a in actors])}
-    for actor in actors:
-        ray.kill(actor)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
-        time.sleep(0.2)  # let their processes go
+    stop_actors(actors, {int(p) for p in ray.get([a.pid.remote() for a in actors])})
     return wall
 
 
@@ -243,11 +247,7 @@ def floor_group(
     out["uss"] = statistics.mean(uss_mib(p) for p in pids)
     out["idle"] = idle_cpu(pids)
     out["cpu_per_call"] = out["best"]["cpu"].get(role, 0.0) * 1000 / max(1, out["best"]["n"])
-    for actor in actors:
-        ray.kill(actor)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
-        time.sleep(0.2)  # let their processes go
+    stop_actors(actors, pids)
     return out
 
 

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 import benchmarks.scale  # noqa: E402
 from actors._ray import audit_name, memory_name, router_name  # noqa: E402
-from benchmarks._procs import compile_coterie  # noqa: E402
+from benchmarks._procs import compile_coterie, cpu_of  # noqa: E402
 from benchmarks.personas import (  # noqa: E402
     KEY_ENV,
     CpuMeter,
@@ -154,11 +154,6 @@ FLOORS: dict[str, Any] = {
 }
 
 
-def process_cpu(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
-
-
 def end_to_end(
     rt: Runtime, kind: str, name: str, url: str, roles: dict[str, set[int]]
 ) -> dict[str, Any]:
@@ -179,7 +174,7 @@ def end_to_end(
         ray.get(actor.call.remote(0))
         wall = time.perf_counter() - t0
         pid = int(ray.get(actor.pid.remote()))
-    own = process_cpu(pid)
+    own = cpu_of(psutil.Process(pid))
     spent = meter.stop()
     # The new process shows under its actor class, or as "ray system" while it
     # was still a pooled worker: count it once, from its birth, apart.

@@ -46,6 +46,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._procs import cpu_of  # noqa: E402
 from benchmarks.personas import (  # noqa: E402
     KEY_ENV,
     ServerProcess,
@@ -77,11 +78,6 @@ class Echo:
 
 
 EchoRemote = ray.remote(num_cpus=0)(Echo)
-
-
-def cpu_of(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return float(times.user + times.system)
 
 
 async def waves(call: Callable[[int], Awaitable[Any]], turns: int, in_flight: int) -> None:
