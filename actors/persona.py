@@ -32,6 +32,7 @@ from actors.coding_agent import RayCodingAgents
 from actors.mcp import RayMcpClients
 from actors.shell import ShellProcesses
 from actors.subagent import RaySubagents
+from runtime.audit.loader import ConversationLoader
 from runtime.config import RuntimeSettings, load_persona
 from runtime.connectors import ConnectorInfo, OutboundMessage
 from runtime.memory import MemoryClient
@@ -80,6 +81,9 @@ class PersonaActor:
         self.buffer = audit_buffer_for(
             self._audit_handle, spool_path=Path(home) / "spool" / f"{name}.audit.jsonl"
         )
+        # A conversation this process does not hold (new, or from before a
+        # restart) is read from the log: one read for all that wait at once.
+        self.conversations = ConversationLoader(self._read_conversations, self.buffer)
         self.directory: Directory[Any] = Directory(RayPersonaLink(router_actor, namespace))
         memory = MemoryClient(
             memory_backend(ray.get_actor(memory_actor, namespace=namespace)), name
@@ -94,7 +98,7 @@ class PersonaActor:
             # One actor per command, on this node, owned by this actor.
             processes=ShellProcesses(max_processes=settings.max_background_processes),
             roster=roster,
-            history_loader=self._load_history,
+            history_loader=self.conversations.load,
             settings=settings,
             cluster_addresses=cluster_addresses(),
             # One Subagent actor per spawn, on this node, owned by this actor.
@@ -131,13 +135,13 @@ class PersonaActor:
             self._heap_settled = True
             freeze_heap()
 
-    async def _load_history(self, conversation_id: str) -> ConversationRecord:
-        # Rebuilds a conversation after the actor was restarted or passivated.
-        await self.buffer.flush()
-        record: ConversationRecord = await remote(
-            read(lambda: self._audit_handle.conversation.remote(self.runtime.name, conversation_id))
+    async def _read_conversations(self, conversation_ids: list[str]) -> list[ConversationRecord]:
+        records: list[ConversationRecord] = await remote(
+            read(
+                lambda: self._audit_handle.conversations.remote(self.runtime.name, conversation_ids)
+            )
         )
-        return record
+        return records
 
     async def recover_lost_work(self) -> int:
         """Wake the conversations whose delegations an earlier process of this
@@ -210,6 +214,7 @@ class PersonaActor:
             "audit_recorded": self.buffer.events_recorded,
             "audit_sent": self.buffer.events_sent,
             "audit_failures": self.buffer.failures,
+            "conversation_reads": self.conversations.reads,
             "heap_frozen": gc.get_freeze_count(),
         }
 

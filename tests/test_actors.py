@@ -49,6 +49,7 @@ def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[
         {"model": {"provider": "scripted", "default": "slow reply", "latency_ms": 400}},
     )
     write_persona(home, "settler", scripted([], default="settled"))
+    write_persona(home, "lookups", scripted([], default="looked up"))
     write_persona(
         home,
         "keyless",
@@ -144,6 +145,25 @@ def test_one_turn_at_a_time_per_conversation(rt: Runtime) -> None:
     assert at[(other.turn_id, "turn_started")] < at[(r0.turn_id, "turn_ended")]
 
 
+def test_new_conversations_are_looked_up_in_the_log_in_shared_reads(rt: Runtime) -> None:
+    rt.ask("lookups", "warm up", conversation_id="lookups:warm")
+    handle = ray.get_actor(f"coterie:{rt.id}:persona:lookups", namespace=rt.namespace)
+    before = ray.get(handle.stats.remote())["conversation_reads"]
+
+    async def go() -> list[ReplyEnvelope]:
+        asks = [rt.ask_async("lookups", "hi", conversation_id=f"lookups:new{i}") for i in range(8)]
+        return list(await asyncio.gather(*asks))
+
+    assert [r.status for r in asyncio.run(go())] == ["ok"] * 8
+    reads = ray.get(handle.stats.remote())["conversation_reads"] - before
+    # Each of the eight was looked up, some of them together (how many share
+    # a read depends on when Ray delivers them).
+    assert 1 <= reads <= 8
+    # A new conversation starts empty and goes on from there.
+    rt.ask("lookups", "second", conversation_id="lookups:new0")
+    assert [m.kind for m in rt.history("lookups", "lookups:new0")] == ["user", "assistant"] * 2
+
+
 def test_personas_start_a_few_at_a_time_as_runtime_yaml_says(rt: Runtime, tmp_path: Path) -> None:
     # Unset, the limit is the cluster's CPUs (at least 2).
     default = max(2, int(ray.cluster_resources().get("CPU", 0)))
@@ -207,11 +227,12 @@ def test_persona_freezes_its_heap_when_set_up_and_after_its_first_turn_only(rt: 
 def test_personas_listing(rt: Runtime) -> None:
     listing = {p.name: p for p in rt.personas()}
     # Every persona the fixture wrote, except the one whose file is broken.
-    assert set(listing) == {"echo", "toolish", "slow", "settler", "keyless"}
+    assert set(listing) == {"echo", "toolish", "slow", "settler", "lookups", "keyless"}
     assert {name: p.description for name, p in listing.items()} == {
         "echo": "echoes",
         "toolish": "",
         "slow": "",
         "settler": "",
+        "lookups": "",
         "keyless": "",
     }

@@ -183,6 +183,23 @@ async def test_history_of_conversations_written_before_a_restart(make_log: Any) 
     assert [m.text for m in await second.history("scribe", "old")] == ["before"]
 
 
+async def test_several_conversations_in_one_read_in_the_order_asked(make_log: Any) -> None:
+    log = make_log(flush_interval=60)
+    chats = [
+        submit(log, chat_rows("scribe", "c1", "one")),
+        submit(log, chat_rows("scribe", "c2", "two", "more")),
+        submit(log, chat_rows("other", "c3", "not scribe's")),
+    ]
+    await settle()
+    # Pending rows are written first; a conversation the log never saw (or
+    # another persona's) comes back empty, in its place.
+    records = await log.conversations("scribe", ["c2", "new", "c3", "c1"])
+    assert [[m.text for m in r.messages] for r in records] == [["two", "more"], [], [], ["one"]]
+    for chat in chats:
+        await chat
+    assert await log.conversations("scribe", []) == []
+
+
 async def test_known_conversations_are_bounded(make_log: Any) -> None:
     log = make_log(flush_interval=0.02, known_conversations_cap=2)
     for name in ("a", "b", "c"):

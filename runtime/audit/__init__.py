@@ -8,6 +8,7 @@ is made (or a file is queried), so persona processes never pay for them.
 from __future__ import annotations
 
 from runtime.audit.buffer import AuditBuffer
+from runtime.audit.loader import ConversationLoader
 from runtime.audit.log import AuditLog, AuditLogStats
 from runtime.audit.query import QueryResult, read_only_query
 from runtime.audit.rows import EVENT_COLUMNS, Row, Send, event_to_row
@@ -19,6 +20,7 @@ __all__ = [
     "AuditLog",
     "AuditLogStats",
     "AuditWriter",
+    "ConversationLoader",
     "QueryResult",
     "Row",
     "Send",

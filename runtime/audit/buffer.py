@@ -185,6 +185,16 @@ class AuditBuffer:
     def pending(self) -> int:
         return len(self._rows)
 
+    def holds(self, conversation_id: str) -> bool:
+        """Whether a row of ``conversation_id`` is still unacknowledged here
+        (waiting, or in the batch being sent): what a read of that
+        conversation from the log must :meth:`flush` first to see."""
+        return any(
+            row["conversation_id"] == conversation_id
+            for rows in (self._inflight, self._rows)
+            for row in rows
+        )
+
     def record(self, event: TurnEvent) -> None:
         """Buffer one event (and spool it); cheap and synchronous."""
         if self._closed:

@@ -269,6 +269,14 @@ class AuditLog:
 
     async def conversation(self, persona: str, conversation_id: str) -> ConversationRecord:
         """The conversation rebuilt from the log: messages and latest todo list."""
+        return (await self.conversations(persona, [conversation_id]))[0]
+
+    async def conversations(
+        self, persona: str, conversation_ids: list[str]
+    ) -> list[ConversationRecord]:
+        """Several of ``persona``'s conversations rebuilt from the log, in the
+        order asked (empty for one the log has never seen): the loads a
+        persona has waiting at once, in one call (``ConversationLoader``)."""
         if not self._conversations_loaded:
             known = await asyncio.shield(
                 self._locked(
@@ -280,14 +288,19 @@ class AuditLog:
             for p, c in known.rows:
                 self._remember((str(p), str(c)))
             self._conversations_loaded = True
-        key = (persona, conversation_id)
-        if key not in self._conversations and len(self._conversations) < self._conversations_cap:
-            # Under the cap the set is complete: a conversation not in it is new.
-            return ConversationRecord()
-        await self.flush()
-        return await asyncio.shield(
-            self._locked(self._writer.conversation, persona, conversation_id)
-        )
+        # Under the cap the set is complete: a conversation not in it is new.
+        complete = len(self._conversations) < self._conversations_cap
+        wanted = [
+            c
+            for c in dict.fromkeys(conversation_ids)
+            if not complete or (persona, c) in self._conversations
+        ]
+        records: dict[str, ConversationRecord] = {}
+        if wanted:
+            await self.flush()
+        for c in wanted:
+            records[c] = await asyncio.shield(self._locked(self._writer.conversation, persona, c))
+        return [records[c] if c in records else ConversationRecord() for c in conversation_ids]
 
     async def unfinished_delegations(self, persona: str) -> list[DelegationEvent]:
         """``persona``'s delegations started and never finished (pending rows written first)."""
