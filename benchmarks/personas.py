@@ -68,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 from actors import persona_actor_name  # noqa: E402
 from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
-from runtime.config import load_persona  # noqa: E402
+from runtime.config import RuntimeSettings, load_persona  # noqa: E402
 from runtime.messages import MessageEnvelope, ReplyEnvelope  # noqa: E402
 from runtime.models import build_model  # noqa: E402
 from runtime.persona import PersonaRuntime  # noqa: E402
@@ -626,7 +626,8 @@ def run_main_home(
             "openai": asyncio.run(in_process_cpu(home, model_names(1)[0], 100, 50)),
         }
     with console.status("starting Ray"):
-        rt = Runtime.start(home=home, num_cpus=2)
+        # Never passivated (a slow cold start must not lose the first ones).
+        rt = Runtime.start(home=home, num_cpus=2, settings=RuntimeSettings(idle_timeout=None))
     try:
         ray.get([rt.router.ping.remote(), rt.audit.stats.remote()])
         roles = {

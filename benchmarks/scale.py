@@ -83,6 +83,7 @@ from benchmarks.personas import (  # noqa: E402
     write_persona,
 )
 from coterie import Runtime  # noqa: E402
+from runtime.config import RuntimeSettings  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -329,7 +330,11 @@ def main() -> None:
             home = Path(tmp) / "main"
             names = write_home(home, args.personas, srv.base_url)
             with console.status("starting Ray"):
-                rt = Runtime.start(home=home, num_cpus=2)
+                # Never passivated: on a slow or busy box the cold start of 100
+                # can outlast the idle timeout, and the first ones would be gone.
+                rt = Runtime.start(
+                    home=home, num_cpus=2, settings=RuntimeSettings(idle_timeout=None)
+                )
             try:
                 measure(rt, srv, names, per, args, rows)
             finally:
