@@ -18,7 +18,14 @@ import pytest
 
 from runtime.audit import AuditBuffer, AuditLog, ConversationLoader
 from runtime.errors import CoterieError
-from runtime.messages import ConversationRecord, HistoryAppended, UserMessage
+from runtime.messages import (
+    ConversationRecord,
+    EnvelopeEvent,
+    HistoryAppended,
+    MessageEnvelope,
+    TurnStarted,
+    UserMessage,
+)
 
 
 def said(conversation_id: str, text: str) -> HistoryAppended:
@@ -28,6 +35,9 @@ def said(conversation_id: str, text: str) -> HistoryAppended:
         turn_id="t",
         message=UserMessage(text=text),
     )
+
+
+opening = MessageEnvelope(recipient="scribe", conversation_id="new", text="hello")
 
 
 def texts(record: ConversationRecord) -> list[str]:
@@ -112,7 +122,7 @@ async def test_a_read_carries_at_most_max_batch_conversations() -> None:
         ConversationLoader(reads, AuditBuffer(nothing), max_batch=0)
 
 
-async def test_only_a_conversation_the_buffer_holds_rows_of_is_flushed_first(
+async def test_only_a_conversation_whose_history_is_buffered_is_flushed_first(
     log: AuditLog,
 ) -> None:
     sent: list[list[str]] = []
@@ -124,14 +134,20 @@ async def test_only_a_conversation_the_buffer_holds_rows_of_is_flushed_first(
     buffer = AuditBuffer(send, interval=3600)
     buffer.record(said("dropped", "still on its way"))
     buffer.record(said("busy", "in another conversation"))
+    # A new conversation's first rows (the message coming in, its turn
+    # starting) are not what it is rebuilt from.
+    buffer.record(
+        EnvelopeEvent(persona="scribe", conversation_id="new", turn_id="", envelope=opening)
+    )
+    buffer.record(TurnStarted(persona="scribe", conversation_id="new", turn_id="t1"))
     loader = ConversationLoader(lambda ids: log.conversations("scribe", ids), buffer)
-    # A new conversation: nothing of it is buffered, so nothing is sent.
+    # So it is read at once, and nothing is sent (no wait for a commit).
     assert texts(await loader.load("new")) == []
     assert sent == []
     # One whose rows are still buffered: they reach the log before the read.
     assert texts(await loader.load("dropped")) == ["still on its way"]
-    assert sent == [["dropped", "busy"]]
-    assert buffer.pending == 0 and not buffer.holds("busy")
+    assert sent == [["dropped", "busy", "new", "new"]]
+    assert buffer.pending == 0 and not buffer.holds_history("busy")
     await buffer.aclose()
 
 
@@ -147,10 +163,10 @@ async def test_the_batch_being_sent_counts_as_held() -> None:
     buffer.record(said("c1", "hello"))
     flushing = asyncio.create_task(buffer.flush())
     await settle()
-    assert buffer.pending == 0 and buffer.holds("c1")  # in flight, not acknowledged
+    assert buffer.pending == 0 and buffer.holds_history("c1")  # in flight, not acknowledged
     release.set()
     await flushing
-    assert sent == [1] and not buffer.holds("c1")
+    assert sent == [1] and not buffer.holds_history("c1")
     await buffer.aclose()
 
 

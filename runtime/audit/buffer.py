@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from runtime.audit.rows import Row, Send, event_to_row
+from runtime.audit.rows import HISTORY_KINDS, Row, Send, event_to_row
 from runtime.audit.spool import LOCK_WAIT, open_spool, read_spool, spool_line
 from runtime.messages import TurnEvent
 
@@ -185,12 +185,14 @@ class AuditBuffer:
     def pending(self) -> int:
         return len(self._rows)
 
-    def holds(self, conversation_id: str) -> bool:
-        """Whether a row of ``conversation_id`` is still unacknowledged here
-        (waiting, or in the batch being sent): what a read of that
-        conversation from the log must :meth:`flush` first to see."""
+    def holds_history(self, conversation_id: str) -> bool:
+        """Whether a row ``conversation_id`` is rebuilt from (its messages,
+        todo lists, questions: ``HISTORY_KINDS``) is still unacknowledged here,
+        waiting or in the batch being sent: what a read of that conversation
+        from the log must :meth:`flush` first to see. Its other rows (the
+        message that just came in, say) change nothing in what is read."""
         return any(
-            row["conversation_id"] == conversation_id
+            row["conversation_id"] == conversation_id and row["kind"] in HISTORY_KINDS
             for rows in (self._inflight, self._rows)
             for row in rows
         )

@@ -2,13 +2,12 @@
 
 A conversation the persona process does not hold (a new one, or one from
 before a restart or passivation) is looked up in the log before its first
-turn. That is one actor call per conversation, paid on both sides, and in a
-burst of new conversations (an eval, many people starting to chat) it was
-the largest cost of a turn beyond the model call: a flush of the persona's
-audit buffer and a read, two calls per new conversation.
-:class:`ConversationLoader` makes it one read for all the lookups that wait
-at the same time, and flushes only when the buffer holds a row of the
-conversation being read.
+turn. That was a flush of the persona's audit buffer and then a read: two
+actor calls per new conversation, and the flush waited for the log's next
+commit (~60 ms here) because the row of the message that had just come in
+was always among those waiting. :class:`ConversationLoader` flushes only when
+the buffer holds a row the conversation is rebuilt from, and makes one read
+of all the lookups that wait at the same time.
 """
 
 from __future__ import annotations
@@ -40,10 +39,11 @@ class ConversationLoader:
     a later load reads again.
 
     Before a read, ``buffer`` (the persona's own) is flushed if it holds a
-    row of that conversation, so that the log has everything the persona
-    recorded of it: a conversation dropped from memory while its rows were
-    still on their way, or rows replayed from the spool after a restart.
-    A conversation the buffer holds nothing of needs no flush.
+    row the conversation is rebuilt from (``AuditBuffer.holds_history``), so
+    that the log has everything the persona recorded of it: a conversation
+    dropped from memory while its messages were still on their way, or rows
+    replayed from the spool after a restart. A new conversation needs no
+    flush: its only rows so far are of the message that opens it.
     """
 
     def __init__(self, fetch: Fetch, buffer: AuditBuffer, *, max_batch: int = MAX_BATCH) -> None:
@@ -63,7 +63,7 @@ class ConversationLoader:
 
     async def load(self, conversation_id: str) -> ConversationRecord:
         """The conversation as the log holds it (empty if it is new)."""
-        if self._buffer.holds(conversation_id):
+        if self._buffer.holds_history(conversation_id):
             await self._buffer.flush()
         future: asyncio.Future[ConversationRecord] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_retrieve)

@@ -50,6 +50,10 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "payload",
 )
 
+#: The kinds of event a conversation is rebuilt from (``AuditWriter.conversation``):
+#: its messages, its todo lists and its questions.
+HISTORY_KINDS: tuple[str, ...] = ("chat_message", "todos", "question")
+
 # Orders events of one process that share a timestamp; ``ts`` orders the rest.
 _seq = itertools.count(1)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from runtime.audit.query import QueryResult, run_read_only
-from runtime.audit.rows import EVENT_COLUMNS
+from runtime.audit.rows import EVENT_COLUMNS, HISTORY_KINDS
 from runtime.errors import AuditQueryError
 from runtime.messages import (
     ChatMessage,
@@ -331,8 +331,8 @@ class AuditWriter:
         try:
             rows = cur.execute(
                 "SELECT kind, payload FROM events WHERE persona = ? AND conversation_id = ? "
-                "AND kind IN ('chat_message', 'todos', 'question') ORDER BY ts, seq",
-                [persona, conversation_id],
+                f"AND kind IN ({', '.join('?' * len(HISTORY_KINDS))}) ORDER BY ts, seq",
+                [persona, conversation_id, *HISTORY_KINDS],
             ).fetchall()
         finally:
             cur.close()
