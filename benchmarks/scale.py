@@ -252,6 +252,11 @@ def floor_group(
     return out
 
 
+def sdk_reach(over: bool) -> str:
+    """The verdict cell of an SDK-floor row: whether the SDK alone misses the target."""
+    return "[yellow]the SDK alone misses it[/]" if over else "the SDK alone is within it"
+
+
 def idle_cpu(pids: set[int], seconds: float = 5.0) -> float:
     """CPU milliseconds per second that each of ``pids`` spends doing nothing."""
     procs = [psutil.Process(p) for p in pids]
@@ -396,7 +401,7 @@ def measure(
         reach = ""
         if target is not None or limit is not None:
             over = sdk[key] / bare[key] > target if target is not None else sdk[key] > limit
-            reach = "[yellow]the SDK alone misses it[/]" if over else "the SDK alone is within it"
+            reach = sdk_reach(over)
         rows.compare(
             "  SDK floor (bare actor + openai client) / bare",
             sdk[key],
@@ -420,9 +425,7 @@ def measure(
         bare_start,
         "s",
         None,
-        verdict="[yellow]the SDK alone misses it[/]"
-        if sdk_paced / bare_start > 1.5
-        else "the SDK alone is within it",
+        verdict=sdk_reach(sdk_paced / bare_start > 1.5),
     )
     rows.compare(f"  coterie / SDK floor started {at_once} at a time", cold, sdk_paced, "s", None)
     rows.compare(f"  coterie / bare actors started {at_once} at a time", cold, paced, "s", None)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runtime.audit import AuditBuffer, AuditLog, ConversationLoader
+from runtime.audit import AuditBuffer, AuditLog, ConversationLoader, event_to_row
 from runtime.errors import CoterieError
 from runtime.messages import (
     ConversationRecord,
@@ -105,8 +105,6 @@ async def test_loads_that_wait_together_share_one_read(log: AuditLog) -> None:
 
 
 def rows_of(*events: HistoryAppended) -> list[dict[str, Any]]:
-    from runtime.audit import event_to_row
-
     return [event_to_row(e) for e in events]
 
 
