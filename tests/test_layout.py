@@ -104,6 +104,22 @@ def test_importing_the_core_loads_no_heavy_library() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_a_persona_process_loads_no_library_before_it_needs_it() -> None:
+    """What a starting persona's process imports costs every one of a hundred
+    starts: the SDKs wait for the first turn, DuckDB and LanceDB stay in their
+    actors, and pathspec waits for the first .gitignore a file tool walks."""
+    code = (
+        "import sys, actors.persona\n"
+        "later = ('openai', 'anthropic', 'mcp', 'duckdb', 'pyarrow', 'lancedb', 'torch', "
+        "'pathspec', 'bs4')\n"
+        "print(','.join(m for m in later if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == ""
+
+
 def test_every_package_is_listed_for_packaging() -> None:
     listed = set(
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]

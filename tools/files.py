@@ -18,8 +18,8 @@ import re
 import stat
 from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pathspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.context import TurnContext
@@ -28,6 +28,9 @@ from runtime.tool import tool
 from tools import _fs
 from tools._edit import edit_text
 from tools._paths import Target, display, is_secret, locate, within
+
+if TYPE_CHECKING:
+    import pathspec
 
 READ_MAX_FILE_BYTES = 10 * 1024 * 1024
 READ_DEFAULT_LINES = 2000
@@ -287,6 +290,10 @@ class _Ignore:
         if data is None:
             return self
         lines = data.decode("utf-8", errors="replace").splitlines()
+        # Imported here: a persona's process pays for pathspec (and its tries
+        # at optional regex backends) only once it walks a .gitignore.
+        import pathspec
+
         return _Ignore([*self.specs, (directory, pathspec.GitIgnoreSpec.from_lines(lines))])
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
