@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import GenerateJsonSchema
 
 from runtime.context import TurnContext
 from runtime.messages import ToolDefinition
@@ -113,10 +114,27 @@ class ToolSource(Protocol):
     def specs(self) -> Iterable[ToolSpec]: ...
 
 
+class _ToolJsonSchema(GenerateJsonSchema):
+    """Pydantic's JSON schema without the titles it makes up from names.
+
+    Every property would otherwise carry ``"title": "Max Results"`` beside
+    its name ``max_results``: tokens in every request that tell the model
+    nothing (97 of them over the built-in tools). Titles given with
+    ``Field(title=...)`` stay.
+    """
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
 @functools.cache
 def _schema_of(args_model: type[BaseModel]) -> dict[str, Any]:
-    schema = args_model.model_json_schema()
+    schema = args_model.model_json_schema(schema_generator=_ToolJsonSchema)
     schema.pop("title", None)
+    # A nested model or enum is titled with its class name, its key in $defs.
+    for name, definition in schema.get("$defs", {}).items():
+        if isinstance(definition, dict) and definition.get("title") == name:
+            del definition["title"]
     schema.setdefault("properties", {})
     return schema
 
