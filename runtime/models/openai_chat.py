@@ -75,7 +75,10 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
         # per request (``construct`` over every nested field) and is read once.
         return await client.post(
             "/chat/completions",
-            body=self.encode(params),
+            # The encoded body goes as ``content``: the SDK deprecates raw
+            # bytes as ``body`` (a DeprecationWarning on every call) and will
+            # take them only as JSON data to encode.
+            content=self.encode(params),
             cast_to=object,
             # What ``chat.completions.create`` passes: the API key as a bearer
             # token (an admin key the client holds is for admin endpoints).
@@ -95,7 +98,9 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
 
         stream = await client.post(
             "/chat/completions",
-            body=self.encode({**params, "stream": True, "stream_options": {"include_usage": True}}),
+            content=self.encode(
+                {**params, "stream": True, "stream_options": {"include_usage": True}}
+            ),
             cast_to=ChatCompletion,
             options={"security": {"bearer_auth": True}},
             stream=True,
