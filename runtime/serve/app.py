@@ -45,13 +45,13 @@ from runtime.messages import MessageEnvelope, Origin, StreamItem
 from runtime.serve import openai_compat
 from runtime.serve.backend import FrontDoor
 from runtime.serve.http import (
-    BACKEND,
     ID_PATTERN,
     STATE,
     ApiError,
     InFlight,
     ServerState,
     api_middleware,
+    backend_of,
     close_stream,
     error_for,
     known_persona,
@@ -99,7 +99,7 @@ class AuditQuery(_Body):
 
 
 def backend(request: web.Request) -> FrontDoor:
-    return request.app[BACKEND]
+    return backend_of(request)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -365,7 +365,7 @@ def build_app(
 
 def set_backend(app: web.Application, door: FrontDoor) -> None:
     """The runtime is up: ``/v1`` answers from now on."""
-    app[BACKEND] = door
+    app[STATE].backend = door
 
 
 def set_starting_error(app: web.Application, error: str) -> None:

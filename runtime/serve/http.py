@@ -109,10 +109,22 @@ class ServerState:
         self.in_flight: Counter[tuple[str, str]] = Counter()
         self.started = time.time()
         self.starting_error: str | None = None
+        # The runtime, once it is up (until then /v1 answers 503). Held here,
+        # not under an app key of its own: it arrives after the server has
+        # started, and aiohttp deprecates changing a started app's keys.
+        self.backend: FrontDoor | None = None
 
 
-BACKEND = web.AppKey("backend", FrontDoor)
 STATE = web.AppKey("state", ServerState)
+
+
+def backend_of(request: web.Request) -> FrontDoor:
+    """The runtime behind the app; a 503 while it is not up."""
+    state = request.app[STATE]
+    if state.backend is None:
+        detail = state.starting_error or "the runtime is starting; retry shortly"
+        raise ApiError(503, "starting", detail)
+    return state.backend
 
 
 async def read_body(request: web.Request, model: type[BaseModel]) -> Any:
@@ -188,9 +200,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             wait = state.limiter.take(client)
             if wait:
                 raise ApiError(429, "rate_limited", f"too many requests; retry in {wait:.1f} s")
-            if request.app.get(BACKEND) is None:
-                detail = state.starting_error or "the runtime is starting; retry shortly"
-                raise ApiError(503, "starting", detail)
+            backend_of(request)  # a 503 until the runtime is up
         return await handler(request)
     except ApiError as exc:
         return exc.response()
@@ -255,7 +265,6 @@ async def close_stream(items: AsyncIterator[Any]) -> None:
 
 
 __all__ = [
-    "BACKEND",
     "ID_PATTERN",
     "STATE",
     "ApiError",
@@ -263,6 +272,7 @@ __all__ = [
     "ServerState",
     "TokenBucket",
     "api_middleware",
+    "backend_of",
     "close_stream",
     "error_for",
     "known_persona",

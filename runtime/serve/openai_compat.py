@@ -24,11 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.errors import CoterieError
 from runtime.messages import MessageEnvelope, ModelCalled, ReplyEnvelope, TextDelta, new_id
 from runtime.serve.http import (
-    BACKEND,
     ID_PATTERN,
     STATE,
     ApiError,
     InFlight,
+    backend_of,
     close_stream,
     error_for,
     known_persona_name,
@@ -114,7 +114,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     completion_id = f"chatcmpl-{new_id()}"
     created = int(time.time())
     headers = {CONVERSATION_HEADER: conversation_id}
-    door = request.app[BACKEND]
+    door = backend_of(request)
     calls: list[ModelCalled] = []
     with InFlight(request.app[STATE], (persona, conversation_id)):
         if not body.stream:
@@ -200,7 +200,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    infos = await request.app[BACKEND].personas_async()
+    infos = await backend_of(request).personas_async()
     return web.json_response(
         {
             "object": "list",
