@@ -98,17 +98,13 @@ class AuditQuery(_Body):
 # -- routes -------------------------------------------------------------------
 
 
-def backend(request: web.Request) -> FrontDoor:
-    return backend_of(request)
-
-
 async def health(request: web.Request) -> web.Response:
     state = request.app[STATE]
     return web.json_response({"status": "ok", "uptime_s": round(time.time() - state.started, 1)})
 
 
 async def status(request: web.Request) -> web.Response:
-    data = await backend(request).status_async()
+    data = await backend_of(request).status_async()
     state = request.app[STATE]
     data["server"] = {
         "uptime_s": round(time.time() - state.started, 1),
@@ -130,7 +126,7 @@ async def list_personas(request: web.Request) -> web.Response:
     """A page of the roster (``offset``, ``limit``: at most 1,000 at a time)."""
     offset = _int_query(request, "offset", 0, 10**9)
     limit = _int_query(request, "limit", PERSONA_PAGE, PERSONA_PAGE)
-    door = backend(request)
+    door = backend_of(request)
     infos = await door.personas_async(offset, limit)
     total = await door.persona_count_async()
     return web.json_response(
@@ -147,7 +143,7 @@ async def describe_persona(request: web.Request) -> web.Response:
     name = known_persona(request)
     persona = load_persona_dir(request.app[STATE].home / "personas" / name, name)
     cfg = persona.config
-    page = await backend(request).personas_async(
+    page = await backend_of(request).personas_async(
         persona_names(request.app[STATE].home).index(name), 1
     )
     active = {i.name: i.active for i in page}
@@ -169,7 +165,7 @@ def _literal(value: str) -> str:
 
 async def list_conversations(request: web.Request) -> web.Response:
     name = known_persona(request)
-    result = await backend(request).query_async(
+    result = await backend_of(request).query_async(
         "SELECT conversation_id, count(*) AS messages, max(ts) AS last_ts FROM events "
         f"WHERE persona = {_literal(name)} AND kind = 'chat_message' "
         "GROUP BY conversation_id ORDER BY last_ts DESC LIMIT 500"
@@ -183,7 +179,7 @@ async def list_conversations(request: web.Request) -> web.Response:
 async def conversation_history(request: web.Request) -> web.Response:
     name = known_persona(request)
     conversation_id = valid_id(request.match_info["conversation_id"], "conversation_id")
-    messages = await backend(request).history_async(name, conversation_id)
+    messages = await backend_of(request).history_async(name, conversation_id)
     if not messages:
         raise ApiError(
             404, "unknown_conversation", f"{name} has no conversation {conversation_id!r}"
@@ -222,17 +218,17 @@ async def post_message(request: web.Request) -> web.StreamResponse:
         if wants_stream(request, body.stream):
             raise ApiError(400, "invalid_body", "wait: false cannot stream a reply", "wait")
         envelope.reply_mode = "none"
-        await backend(request).post_async(envelope)
+        await backend_of(request).post_async(envelope)
         queued = {"id": envelope.id, "conversation_id": envelope.conversation_id}
         return web.json_response({"queued": queued}, status=202)
     state = request.app[STATE]
     with InFlight(state, (name, envelope.conversation_id)):
         if not wants_stream(request, body.stream):
-            reply = await backend(request).deliver_async(
+            reply = await backend_of(request).deliver_async(
                 envelope, timeout=state.settings.ask_timeout
             )
             return web.json_response({"reply": reply.model_dump(mode="json")})
-        return await stream_sse(request, backend(request).stream_async(envelope))
+        return await stream_sse(request, backend_of(request).stream_async(envelope))
 
 
 async def stream_sse(request: web.Request, items: AsyncIterator[StreamItem]) -> web.StreamResponse:
@@ -266,7 +262,7 @@ async def recall(request: web.Request) -> web.Response:
             400, "invalid_query", f"query is longer than {RECALL_QUERY_CHARS} characters", "query"
         )
     limit = _int_query(request, "limit", RECALL_LIMIT, RECALL_MAX, low=1)
-    hits = await backend(request).recall_async(name, query, limit=limit)
+    hits = await backend_of(request).recall_async(name, query, limit=limit)
     return web.json_response(
         {"persona": name, "query": query, "hits": [h.model_dump(mode="json") for h in hits]}
     )
@@ -274,7 +270,7 @@ async def recall(request: web.Request) -> web.Response:
 
 async def audit_query(request: web.Request) -> web.Response:
     body: AuditQuery = await read_body(request, AuditQuery)
-    result = await backend(request).query_async(body.sql)
+    result = await backend_of(request).query_async(body.sql)
     return web.json_response(
         {"columns": result.columns, "rows": [list(r) for r in result.rows]}, dumps=_dumps
     )
@@ -302,7 +298,7 @@ FROM events WHERE kind = 'turn_ended' ORDER BY ts DESC LIMIT 20
 
 async def audit_summary(request: web.Request) -> web.Response:
     """Per persona: turns, errors, tokens and latency; and the 20 latest turns."""
-    door = backend(request)
+    door = backend_of(request)
     per_persona = await door.query_async(SUMMARY_SQL)
     recent = await door.query_async(RECENT_SQL)
     return web.json_response(
@@ -311,7 +307,7 @@ async def audit_summary(request: web.Request) -> web.Response:
 
 
 async def list_connectors(request: web.Request) -> web.Response:
-    status_data = await backend(request).status_async()
+    status_data = await backend_of(request).status_async()
     return web.json_response({"connectors": status_data.get("connectors", [])})
 
 
