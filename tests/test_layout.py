@@ -90,34 +90,30 @@ def test_benchmarks_do_not_import_the_tests() -> None:
         assert "tests" not in tops, path
 
 
-def test_importing_the_core_loads_no_heavy_library() -> None:
-    code = (
-        "import sys, runtime, runtime.audit, runtime.memory, runtime.shell, runtime.routing, "
-        "runtime.models, tools, coterie\n"
-        "heavy = ('ray', 'duckdb', 'pyarrow', 'lancedb', 'torch', 'sentence_transformers', "
-        "'openai', 'anthropic', 'aiohttp', 'bs4')\n"
-        "print(','.join(m for m in heavy if m in sys.modules))"
-    )
+def loaded_by(imports: str, libraries: tuple[str, ...]) -> list[str]:
+    """Which of ``libraries`` a fresh interpreter has loaded after ``import {imports}``."""
+    code = f"import sys, {imports}\nprint(','.join(m for m in {libraries!r} if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == ""
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+def test_importing_the_core_loads_no_heavy_library() -> None:
+    core = "runtime, runtime.audit, runtime.memory, runtime.shell, runtime.routing, runtime.models"
+    heavy = ("ray", "duckdb", "pyarrow", "lancedb", "torch", "sentence_transformers")
+    assert (
+        loaded_by(f"{core}, tools, coterie", (*heavy, "openai", "anthropic", "aiohttp", "bs4"))
+        == []
+    )
 
 
 def test_a_persona_process_loads_no_library_before_it_needs_it() -> None:
     """What a starting persona's process imports costs every one of a hundred
     starts: the SDKs wait for the first turn, DuckDB and LanceDB stay in their
     actors, and pathspec waits for the first .gitignore a file tool walks."""
-    code = (
-        "import sys, actors.persona\n"
-        "later = ('openai', 'anthropic', 'mcp', 'duckdb', 'pyarrow', 'lancedb', 'torch', "
-        "'pathspec', 'bs4')\n"
-        "print(','.join(m for m in later if m in sys.modules))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == ""
+    later = ("openai", "anthropic", "mcp", "duckdb", "pyarrow", "lancedb", "torch", "pathspec")
+    assert loaded_by("actors.persona", (*later, "bs4")) == []
 
 
 def test_every_package_is_listed_for_packaging() -> None:
