@@ -52,22 +52,16 @@ async def test_the_token_is_checked_before_anything_else(client: TestClient) -> 
 
 
 async def test_unknown_routes_are_json_404(client: TestClient) -> None:
-    set_backend(client.app, object())  # type: ignore[arg-type]  # never reached
-    response = await client.get("/v1/nothing-here", headers=AUTH)
-    assert response.status == 404
-    assert (await response.json())["error"]["type"] == "not_found"
-
-
-async def test_the_runtime_arrives_without_changing_the_started_app(client: TestClient) -> None:
-    """The server listens before the runtime is up. aiohttp deprecates changing
-    a started application's keys (and means to refuse it), so the runtime goes
-    on the app's state object."""
+    """Once the runtime is up. The server listens before that, and aiohttp
+    deprecates changing a started application's keys (and means to refuse
+    it), so the runtime arrives on the app's state object, warning-free."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         set_backend(client.app, object())  # type: ignore[arg-type]  # never reached
     assert [str(w.message) for w in caught] == []
     response = await client.get("/v1/nothing-here", headers=AUTH)
     assert response.status == 404  # past the 503: the runtime is there
+    assert (await response.json())["error"]["type"] == "not_found"
 
 
 async def test_loopback_may_be_exempted(tmp_path: Path) -> None:
