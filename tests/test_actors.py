@@ -208,6 +208,27 @@ def test_scripted_persona_does_not_load_sdks(rt: Runtime) -> None:
     assert stats["sdks_loaded"] == []
 
 
+def _serializer_state(actor: Any) -> tuple[bool, list[str]]:
+    import sys
+
+    from actors import _ray
+
+    loaded = [m for m in _ray.SKIPPED_SERIALIZER_MODULES if m in sys.modules]
+    return _ray.LEAN_SERIALIZATION, loaded
+
+
+def test_actor_processes_leave_out_rays_serializers_for_objects_they_never_send(
+    rt: Runtime,
+) -> None:
+    """Ray's add-ons would import pyarrow, pydantic.v1 and starlette into
+    every worker that decodes anything (~12 MiB each); coterie's actors are
+    built before that and never send such objects."""
+    rt.ask("echo", "hello", conversation_id="echo:lean")
+    persona = ray.get(rt.router.resolve.remote("echo"))
+    for actor in (persona, rt.router):
+        assert ray.get(actor.__ray_call__.remote(_serializer_state)) == (True, [])
+
+
 def test_persona_freezes_its_heap_when_set_up_and_after_its_first_turn_only(rt: Runtime) -> None:
     handle = ray.get(rt.router.resolve.remote("settler"))
     set_up = ray.get(handle.stats.remote())
