@@ -7,6 +7,10 @@ package: the CLI, the Python API) import this package.
 
 from __future__ import annotations
 
+# First, before anything of coterie's loads: in an actor's process this is
+# Ray loading the actor's class, and the serialization context Ray builds next
+# is built without libraries coterie never sends (see actors._lean).
+from actors import _lean  # noqa: F401
 from actors._ray import (
     NAMESPACE,
     audit_name,

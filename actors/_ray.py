@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
-import logging
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -25,8 +23,6 @@ from runtime.audit import AuditBuffer, Row
 from runtime.errors import ActorLostError, CoterieError, ToolError
 from runtime.memory import MemoryBackend
 from runtime.routing import retry_transient
-
-log = logging.getLogger("coterie.ray")
 
 NAMESPACE = "coterie"
 #: How long a ping may take before the actor counts as not (yet) reachable.
@@ -91,68 +87,6 @@ def cluster_addresses() -> frozenset[str]:
     return frozenset(
         str(node["NodeManagerAddress"]) for node in ray.nodes() if node.get("NodeManagerAddress")
     )
-
-
-# -- the worker's serializers --------------------------------------------------
-# The first time a Ray worker decodes anything it builds its serialization
-# context, and Ray's add-ons then import every library they have a serializer
-# for that happens to be installed: pyarrow (for Ray Data's tables),
-# pydantic.v1 and starlette (for Ray Serve). Coterie needs pyarrow (DuckDB,
-# LanceDB) and so has it installed, but none of these objects ever crosses a
-# coterie actor's boundary: Arrow stays inside the audit, memory and eval
-# actors, and coterie's models are pydantic v2. Importing them costs each
-# process ~12 MiB of its own memory and ~0.1 s of CPU at start (see "Starting
-# many personas" in the README), so coterie's actor processes build the
-# context without them. Should such an object cross anyway, it is pickled
-# like any other object.
-
-#: The modules Ray's serializer add-ons import that coterie's workers skip.
-SKIPPED_SERIALIZER_MODULES = ("pyarrow", "pydantic.v1", "starlette")
-
-
-class _SkipModules:
-    """A meta-path finder refusing some top-level or dotted module names."""
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.names = frozenset(names)
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name in self.names:
-            raise ModuleNotFoundError(f"{name} is not loaded by Ray's serializers here", name=name)
-        return None
-
-
-def lean_serialization_context() -> bool:
-    """In a Ray worker whose serialization context does not exist yet, build it
-    without :data:`SKIPPED_SERIALIZER_MODULES`; whether it did.
-
-    Called when this module is first imported: in an actor's process that is
-    when Ray loads the actor's class, before it decodes the actor's arguments.
-    Anywhere else (a driver, a worker that has decoded something already) it
-    does nothing, and a Ray whose internals differ is left to its defaults.
-    """
-    try:
-        from ray._private import worker as ray_worker
-
-        worker = ray_worker.global_worker
-        if worker.mode != ray.WORKER_MODE or worker.serialization_context_map:
-            return False
-        if any(name in sys.modules for name in SKIPPED_SERIALIZER_MODULES):
-            return False
-        skip = _SkipModules(SKIPPED_SERIALIZER_MODULES)
-        sys.meta_path.insert(0, skip)
-        try:
-            worker.get_serialization_context()
-        finally:
-            sys.meta_path.remove(skip)
-        return True
-    except Exception:  # boundary: Ray's defaults are always a safe fallback
-        log.debug("Ray's serialization context left to its defaults", exc_info=True)
-        return False
-
-
-#: Whether this process's serialization context was built without the skipped modules.
-LEAN_SERIALIZATION = lean_serialization_context()
 
 
 def freeze_heap() -> int:

@@ -211,10 +211,10 @@ def test_scripted_persona_does_not_load_sdks(rt: Runtime) -> None:
 def _serializer_state(actor: Any) -> tuple[bool, list[str]]:
     import sys
 
-    from actors import _ray
+    from actors import _lean
 
-    loaded = [m for m in _ray.SKIPPED_SERIALIZER_MODULES if m in sys.modules]
-    return _ray.LEAN_SERIALIZATION, loaded
+    loaded = [m for m in _lean.SKIPPED_SERIALIZER_MODULES if m in sys.modules]
+    return _lean.LEAN_SERIALIZATION, loaded
 
 
 def test_actor_processes_leave_out_rays_serializers_for_objects_they_never_send(
