@@ -116,6 +116,20 @@ def test_a_persona_process_loads_no_library_before_it_needs_it() -> None:
     assert loaded_by("actors.persona", (*later, "bs4")) == []
 
 
+def test_holding_a_memory_store_handle_loads_no_store() -> None:
+    """A persona holds a handle to the MemoryStore actor, and Ray loads the
+    actor's class to make one: that must not bring the store, the embedders
+    or their choice into every persona's process."""
+    store_side = (
+        "runtime.memory.store",
+        "runtime.memory._lance",
+        "runtime.memory.choice",
+        "runtime.memory.embedders",
+        "runtime.memory.chunking",
+    )
+    assert loaded_by("actors.persona, actors.memory", store_side) == []
+
+
 def test_every_package_is_listed_for_packaging() -> None:
     listed = set(
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]

@@ -15,15 +15,14 @@ and reported by :meth:`MemoryServer.embedder_choice`.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.config import MemorySettings
 from runtime.errors import ToolError
-from runtime.memory._lance import recorded_embedder
-from runtime.memory.choice import EmbedderChoice, choose_embedder, embedder_for
 from runtime.memory.records import (
     IngestResult,
     MemoryInput,
@@ -34,7 +33,11 @@ from runtime.memory.records import (
     Source,
     UserModelRow,
 )
-from runtime.memory.store import MemoryStore
+
+if TYPE_CHECKING:
+    from runtime.memory._lance import recorded_embedder
+    from runtime.memory.choice import EmbedderChoice
+    from runtime.memory.store import MemoryStore
 
 log = logging.getLogger("coterie.memory")
 
@@ -80,6 +83,10 @@ def open_store_with_choice(
     Raises :class:`~runtime.errors.ConfigError` when the settings ask for an
     embedder that is not installed.
     """
+    from runtime.memory._lance import recorded_embedder
+    from runtime.memory.choice import choose_embedder, embedder_for
+    from runtime.memory.store import MemoryStore
+
     storage_options = settings.storage_options or None
     recorded = recorded_embedder(uri, storage_options=storage_options)
     choice = choose_embedder(settings, recorded=recorded)
@@ -303,6 +310,8 @@ class MemoryServer:
         """The embedder this server's store runs with, and why (opens the store)."""
         store = await self._get_store()
         if self._choice is None:  # served an open store: it came with its embedder
+            from runtime.memory.choice import EmbedderChoice
+
             self._choice = EmbedderChoice.of(store.embedder, configured=self.settings.embedder)
         return self._choice
 
@@ -331,6 +340,15 @@ class MemoryServer:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
             self._maintenance = None
+
+
+def __getattr__(name: str) -> Any:
+    # Re-exported, loaded on first use: a process that only holds a handle to
+    # the MemoryStore actor (every persona: Ray loads the actor's class to make
+    # it) loads neither the store, the embedders nor their choice.
+    if name == "recorded_embedder":
+        return importlib.import_module("runtime.memory._lance").recorded_embedder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
