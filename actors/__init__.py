@@ -3,22 +3,30 @@
 One module per actor kind — router, persona, audit, memory, shell — plus the
 Ray plumbing they share (``_ray``). Only entry points (the ``coterie``
 package: the CLI, the Python API) import this package.
+
+Importing the package itself loads nothing of coterie's but ``_lean``: in an
+actor's process the first import of it is Ray loading the actor's class, and
+the serialization context Ray builds next is then built without libraries
+coterie never sends (see :mod:`actors._lean`). The names below load
+``_ray`` on first use.
 """
 
 from __future__ import annotations
 
-# First, before anything of coterie's loads: in an actor's process this is
-# Ray loading the actor's class, and the serialization context Ray builds next
-# is built without libraries coterie never sends (see actors._lean).
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from actors import _lean  # noqa: F401
-from actors._ray import (
-    NAMESPACE,
-    audit_name,
-    memory_name,
-    persona_actor_name,
-    router_name,
-    runtime_id,
-)
+
+if TYPE_CHECKING:
+    from actors._ray import (
+        NAMESPACE,
+        audit_name,
+        memory_name,
+        persona_actor_name,
+        router_name,
+        runtime_id,
+    )
 
 __all__ = [
     "NAMESPACE",
@@ -28,3 +36,11 @@ __all__ = [
     "router_name",
     "runtime_id",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("actors._ray"), name)
+    globals()[name] = value
+    return value

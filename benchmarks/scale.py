@@ -30,7 +30,12 @@ own process (1 s latency), and:
    called as the OpenAI provider does (aiohttp transport, no retries). "SDK floor /
    bare" is what the SDK alone costs, and for each target the table says
    whether the SDK floor alone already misses it; "coterie / SDK floor" is
-   what is left that is coterie's own;
+   what is left that is coterie's own. Coterie's actor processes build Ray's
+   serialization context without the libraries Ray's add-ons would load
+   (``actors._lean``); both floors are also started built that way, for the
+   start and memory figures, so the table shows what that saves any actor
+   and what is left beside floors built the same (the targets stay against
+   the bare floor as Ray builds it);
 6. **many registered personas**: a fresh home with ``--registered``
    personas: ``Runtime.personas()`` and the first ``resolve``; target
    ``personas()`` ≤ 1 s.
@@ -147,6 +152,21 @@ class SdkActor(BareActor):
 
 
 SdkRemote = ray.remote(num_cpus=0)(SdkActor)
+
+
+def built_as_coterie(cls: type) -> Any:
+    """``cls`` as a Ray actor whose process builds its serialization context as
+    coterie's actors do, without the libraries Ray's add-ons would load
+    (``actors._lean``, which imports nothing else of coterie's). The class
+    holds that module, so Ray imports it when it loads the class, before it
+    decodes the actor's arguments; the floor's code is unchanged."""
+    import actors._lean as lean
+
+    return ray.remote(num_cpus=0)(type(f"Lean{cls.__name__}", (cls,), {"_lean": lean}))
+
+
+LeanBareRemote = built_as_coterie(BareActor)
+LeanSdkRemote = built_as_coterie(SdkActor)
 
 
 def start_bare(
@@ -383,6 +403,10 @@ def measure(
     # Ray workers cost ~0.4 cores).
     bare = floor_group(BareRemote, "bare actors", n, url, per, roles, args.rounds, batched=True)
     sdk = floor_group(SdkRemote, "SDK actors", n, url, per, roles, args.rounds)
+    # Both again, built as coterie's actors are (no serializer add-ons): how
+    # much of what coterie's actors save there a bare actor would save too.
+    lean_bare = floor_group(LeanBareRemote, "lean bare actors", n, url, per, roles, 1)
+    lean_sdk = floor_group(LeanSdkRemote, "lean SDK actors", n, url, per, roles, 1)
     bare_start, bare_start_cpu = bare["start"], bare["start_cpu"]
     # The router starts only a few personas at a time (max_starting_personas):
     # both floors started the same way too.
@@ -412,6 +436,17 @@ def measure(
         )
         rows.compare("  coterie / SDK floor", ours, sdk[key], unit, None)
 
+    def beside_lean(ours: float, key: str, unit: str) -> None:
+        # The floors built as coterie's actors are: coterie's share without
+        # what leaving Ray's serializer add-ons out saves every actor.
+        rows.compare(
+            "  bare built as coterie's actors / bare", lean_bare[key], bare[key], unit, None
+        )
+        rows.compare(
+            "  SDK floor built so / bare built so", lean_sdk[key], lean_bare[key], unit, None
+        )
+        rows.compare("  coterie / SDK floor built so", ours, lean_sdk[key], unit, None)
+
     with console.status(f"activating {n} personas (one turn each)"):
         meter = CpuMeter(roles)
         meter.start()
@@ -429,6 +464,7 @@ def measure(
     )
     rows.compare(f"  coterie / SDK floor started {at_once} at a time", cold, sdk_paced, "s", None)
     rows.compare(f"  coterie / bare actors started {at_once} at a time", cold, paced, "s", None)
+    beside_lean(cold, "start", "s")
     # New processes have no role yet: they show by their actor class (and a
     # worker not yet an actor as "ray system").
     rows.add("  CPU during the cold start (core-s)", cpu_text(cold_cpu, cold))
@@ -478,6 +514,7 @@ def measure(
         "USS per active persona (openai SDK loaded)", uss, bare["uss"], "MiB", None, limit=75
     )
     beside_sdk(uss, "uss", "MiB", limit=75)
+    beside_lean(uss, "uss", "MiB")
     rows.add(
         "  router / audit actor USS",
         f"{uss_mib(next(iter(roles['router']))):.1f} / "

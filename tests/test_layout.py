@@ -116,6 +116,13 @@ def test_a_persona_process_loads_no_library_before_it_needs_it() -> None:
     assert loaded_by("actors.persona", (*later, "bs4")) == []
 
 
+def test_the_lean_serialization_module_loads_nothing_of_coteries() -> None:
+    """actors._lean runs first in every actor's process (and the benchmarks
+    build floors with it): it must not load coterie's modules before it."""
+    ours = ("runtime", "tools", "coterie", "actors._ray", "actors.persona")
+    assert loaded_by("actors._lean", ours) == []
+
+
 def test_holding_a_memory_store_handle_loads_no_store() -> None:
     """A persona holds a handle to the MemoryStore actor, and Ray loads the
     actor's class to make one: that must not bring the store, the embedders
