@@ -7,6 +7,8 @@ import json
 import logging
 import math
 import os
+import re
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +41,8 @@ from runtime.messages import (
     TurnEvent,
     TurnStarted,
     UserMessage,
+    new_id,
+    random_bytes,
     turn_event_adapter,
 )
 from runtime.services import AuditSink
@@ -166,6 +170,40 @@ def test_row_ts_is_utc_microseconds_and_seq_increases() -> None:
     assert a["ts"] == datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=UTC)
     assert b["seq"] > a["seq"]
     assert a["id"] != b["id"]
+
+
+def test_row_ids_are_canonical_random_uuids_and_never_repeat() -> None:
+    # Ids come from a pool of OS randomness: more than one pool's worth here.
+    ids = [event_to_row(TurnStarted(**BASE))["id"] for _ in range(2_000)]
+    assert len(set(ids)) == len(ids)
+    for row_id in ids[:300]:
+        parsed = uuid.UUID(row_id)
+        assert str(parsed) == row_id and parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+
+
+def test_ids_are_hex_of_the_documented_length() -> None:
+    ids = {new_id("turn_") for _ in range(3_000)}
+    assert len(ids) == 3_000
+    assert all(re.fullmatch(r"turn_[0-9a-f]{16}", i) for i in ids)
+    assert len(random_bytes(4_096)) == 4_096 and len(random_bytes(5_000)) == 5_000
+
+
+def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
+    new_id()  # the parent's pool holds randomness it has not handed out yet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        try:
+            os.write(write, " ".join(new_id() for _ in range(50)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    parent = {new_id() for _ in range(50)}
+    assert len(child) == 50 and not child & parent
 
 
 def test_successful_events_have_no_error_kind() -> None:

@@ -7,7 +7,6 @@ writer's process loads the database.
 from __future__ import annotations
 
 import itertools
-import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +20,7 @@ from runtime.messages import (
     ToolResultMessage,
     TurnEnded,
     TurnEvent,
+    new_uuid,
     turn_event_adapter,
 )
 
@@ -64,9 +64,7 @@ def event_to_row(event: TurnEvent) -> Row:
     Columns that do not apply to the event's kind are ``None``; ``payload``
     holds the whole event as JSON, so nothing is lost by flattening.
     """
-    return event_row(
-        event, str(uuid.uuid4()), next(_seq), turn_event_adapter.dump_json(event).decode()
-    )
+    return event_row(event, new_uuid(), next(_seq), turn_event_adapter.dump_json(event).decode())
 
 
 def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
