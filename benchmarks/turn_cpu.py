@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -57,8 +58,8 @@ from benchmarks.personas import (  # noqa: E402
 from benchmarks.scale import SdkActor, SdkRemote  # noqa: E402
 from coterie import Runtime  # noqa: E402
 from runtime.audit import AuditBuffer  # noqa: E402
-from runtime.config import load_persona  # noqa: E402
-from runtime.messages import MessageEnvelope  # noqa: E402
+from runtime.config import RuntimeSettings, load_persona  # noqa: E402
+from runtime.messages import ConversationRecord, MessageEnvelope  # noqa: E402
 from runtime.models import build_model  # noqa: E402
 from runtime.persona import PersonaRuntime  # noqa: E402
 from tools import builtin_registry  # noqa: E402
@@ -129,10 +130,51 @@ async def in_process(home: Path, srv: ServerProcess, args: argparse.Namespace) -
         out[kind] = await per_turn(me, turn, args)
         await rt.aclose()
         await buffer.aclose()
+    out["fresh"] = await fresh_conversations(home, args)
     sdk = SdkActor(srv.base_url + "/chat/completions")
     out["sdk"] = await per_turn(me, sdk.call, args)
     await sdk.session.close()
     return out
+
+
+async def fresh_conversations(home: Path, args: argparse.Namespace) -> float:
+    """The scripted persona, each turn a new conversation, holding as many
+    as it keeps (``max_conversations``): every turn makes room by dropping
+    the oldest idle one, and asks the (empty) log for the new one's history."""
+    name = NAMES["scripted"]
+    loaded = load_persona(home, name)
+
+    async def discard(rows: list[dict[str, Any]]) -> None:
+        return None
+
+    async def no_history(conversation_id: str) -> ConversationRecord:
+        return ConversationRecord()
+
+    buffer = AuditBuffer(discard, replay=discard, spool_path=home / "fresh.spool.jsonl")
+    settings = RuntimeSettings()
+    rt = PersonaRuntime(
+        loaded,
+        model=build_model(loaded.config.model),
+        registry=builtin_registry(),
+        audit=buffer,
+        settings=settings,
+        history_loader=no_history,
+    )
+    count = itertools.count()
+
+    async def turn(i: int) -> None:
+        envelope = MessageEnvelope(recipient=name, conversation_id=f"f{next(count)}", text="ping")
+        reply = await rt.handle(envelope)
+        if reply.status != "ok":
+            raise RuntimeError(f"{name}: {reply.status}: {reply.text}")
+
+    await waves(turn, settings.max_conversations, args.in_flight)  # up to the cap
+    if rt.conversations() != settings.max_conversations:
+        raise RuntimeError(f"holds {rt.conversations()} conversations, not the cap")
+    ms = await per_turn(psutil.Process(), turn, args)
+    await rt.aclose()
+    await buffer.aclose()
+    return ms
 
 
 async def through_ray(
@@ -218,6 +260,12 @@ def main() -> None:
 
     row("in-process: OpenAI persona turn", local["openai"], local["sdk"], "the SDK call alone")
     row("in-process: scripted persona turn", local["scripted"], None, "(no model call)")
+    row(
+        "  the same, a new conversation each turn, at the cap",
+        local["fresh"],
+        local["scripted"],
+        "100 conversations in turn",
+    )
     row("Ray: OpenAI persona, its process", actors["openai"], actors["sdk"], "SDK-floor actor")
     row("Ray: scripted persona, its process", actors["scripted"], actors["echo"], "echo actor")
     row("Ray shell: scripted persona", actors["scripted"], local["scripted"], "same, in-process")
