@@ -36,7 +36,8 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def random_bytes(n: int) -> bytes:
-    """``n`` bytes (at most 4,096) from the operating system's CSPRNG."""
+    """``n`` bytes from the operating system's CSPRNG (taken from the pool;
+    more than a pool's 4,096 come from a pool drawn for them)."""
     global _pool, _pool_at
     with _pool_lock:
         if _pool_at + n > len(_pool):
