@@ -91,20 +91,18 @@ def summarize(
         if stack_frames[-1][0] in WAITING:
             continue
         busy += n
-        owner = "asyncio, threading and the rest"
-        for _, file in reversed(stack_frames):
-            found = next((name for name, pattern in OWNERS if pattern.match(file)), None)
+        # The innermost frame that belongs to an owner decides the sample's.
+        owner, frame = "asyncio, threading and the rest", ("", "")
+        for candidate in reversed(stack_frames):
+            found = next((name for name, pattern in OWNERS if pattern.match(candidate[1])), None)
             if found is not None:
-                owner = found
+                owner, frame = found, candidate
                 break
         owners[owner] += n
-        if owner != "coterie":
-            continue
-        for function, file in reversed(stack_frames):
-            if OWNERS[1][1].match(file):
-                files[file] += n
-                functions[f"{function} ({file})"] += n
-                break
+        if owner == "coterie":
+            function, file = frame
+            files[file] += n
+            functions[f"{function} ({file})"] += n
     return busy, owners, files, functions
 
 
@@ -129,7 +127,7 @@ async def load(rt: Runtime, seconds: float, in_flight: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=20.0, help="how long to profile")
+    parser.add_argument("--seconds", type=int, default=20, help="how long to profile")
     parser.add_argument("--in-flight", type=int, default=10, help="turns at a time")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=15, help="coterie files and functions shown")
@@ -159,7 +157,7 @@ def main() -> None:
                         "--pid",
                         str(proc.pid),
                         "--duration",
-                        str(int(args.seconds)),
+                        str(args.seconds),
                         "--rate",
                         str(args.rate),
                         "--format",
@@ -188,7 +186,7 @@ def main() -> None:
         sys.exit("py-spy recorded no busy samples of the persona's process")
     console = Console(width=None if sys.stdout.isatty() else 140)
     title = (
-        f"one persona, {turns} turns in {args.seconds:g} s, {args.in_flight} in flight, "
+        f"one persona, {turns} turns in {args.seconds} s, {args.in_flight} in flight, "
         f"{1000 * spent / turns:.2f} ms of its CPU per turn ({os.cpu_count()} cores, "
         f"load {load0:.2f} at start; {busy} busy samples)"
     )

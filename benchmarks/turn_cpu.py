@@ -105,22 +105,31 @@ def envelope(name: str, i: int) -> MessageEnvelope:
     return MessageEnvelope(recipient=name, conversation_id=f"c{i % 100}", text=f"ping {i}")
 
 
+def local_persona(
+    home: Path, name: str, spool: str, **kw: Any
+) -> tuple[PersonaRuntime, AuditBuffer]:
+    """The persona in this process, its audit rows spooled and then dropped."""
+    loaded = load_persona(home, name)
+
+    async def discard(rows: list[dict[str, Any]]) -> None:
+        return None
+
+    buffer = AuditBuffer(discard, replay=discard, spool_path=home / f"{spool}.spool.jsonl")
+    rt = PersonaRuntime(
+        loaded,
+        model=build_model(loaded.config.model),
+        registry=builtin_registry(),
+        audit=buffer,
+        **kw,
+    )
+    return rt, buffer
+
+
 async def in_process(home: Path, srv: ServerProcess, args: argparse.Namespace) -> dict[str, float]:
     me = psutil.Process()
     out: dict[str, float] = {}
     for kind, name in NAMES.items():
-        loaded = load_persona(home, name)
-
-        async def discard(rows: list[dict[str, Any]]) -> None:
-            return None
-
-        buffer = AuditBuffer(discard, replay=discard, spool_path=home / f"{name}.spool.jsonl")
-        rt = PersonaRuntime(
-            loaded,
-            model=build_model(loaded.config.model),
-            registry=builtin_registry(),
-            audit=buffer,
-        )
+        rt, buffer = local_persona(home, name, name)
 
         async def turn(i: int, rt: PersonaRuntime = rt, name: str = name) -> None:
             reply = await rt.handle(envelope(name, i))
@@ -142,24 +151,12 @@ async def fresh_conversations(home: Path, args: argparse.Namespace) -> float:
     as it keeps (``max_conversations``): every turn makes room by dropping
     the oldest idle one, and asks the (empty) log for the new one's history."""
     name = NAMES["scripted"]
-    loaded = load_persona(home, name)
-
-    async def discard(rows: list[dict[str, Any]]) -> None:
-        return None
 
     async def no_history(conversation_id: str) -> ConversationRecord:
         return ConversationRecord()
 
-    buffer = AuditBuffer(discard, replay=discard, spool_path=home / "fresh.spool.jsonl")
     settings = RuntimeSettings()
-    rt = PersonaRuntime(
-        loaded,
-        model=build_model(loaded.config.model),
-        registry=builtin_registry(),
-        audit=buffer,
-        settings=settings,
-        history_loader=no_history,
-    )
+    rt, buffer = local_persona(home, name, "fresh", settings=settings, history_loader=no_history)
     count = itertools.count()
 
     async def turn(i: int) -> None:
