@@ -19,7 +19,7 @@ from actors import persona_actor_name
 from coterie import Runtime
 from runtime.config import RuntimeSettings
 from runtime.messages import AssistantMessage, ToolResultMessage, UserMessage
-from tests.helpers import owned_by, scripted, write_persona
+from tests.helpers import owned_by, ray_actors, scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -77,21 +77,34 @@ def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[
     runtime.shutdown()
 
 
-def subagent_processes(rt: Runtime, title: str = "ray::SubagentActor") -> list[psutil.Process]:
-    """The lead persona's live Subagent actors' processes, by their title:
-    ``ray::SubagentActor.run`` while running a task, ``ray::SubagentActor``
-    while idle (a spare).
+def subagents(rt: Runtime) -> list[dict[str, Any]]:
+    """The lead persona's live Subagent actors (the actor table's entries).
 
     Only actors this runtime's persona created count: the machine may hold
-    other Ray sessions' workers with the same title (a lost node's leftovers,
-    another checkout's tests), and those must not change the count.
+    other Ray sessions' workers (a lost node's leftovers, another checkout's
+    tests), and those must not change the count. Not by process title: Ray
+    sets an async actor's title back to idle whenever any of its calls ends,
+    so a running subagent can be titled idle.
     """
-    owned = owned_by(persona_actor_name(rt.id, "lead"), "SubagentActor")
-    return [
-        proc
-        for proc, cmd in titled({int(a["Pid"]) for a in owned}, title)
-        if title.endswith(".run") or ".run" not in cmd
-    ]
+    lead = persona_actor_name(rt.id, "lead")
+    if not any(a["Name"] == lead and a["State"] == "ALIVE" for a in ray_actors()):
+        return []  # not started yet (or restarting): it owns none
+    return [a for a in owned_by(lead, "SubagentActor") if a["State"] == "ALIVE"]
+
+
+def the_spare(rt: Runtime) -> dict[str, Any]:
+    """The lead's one idle Subagent actor, which its next spawn takes.
+
+    A spawn leaves one spare behind; if none was made yet, one spawn (in a
+    conversation of its own) makes it.
+    """
+    if not subagents(rt):
+        rt.ask("lead", "fan out please", conversation_id="lead:warm-up")
+        rt.wait_settled("lead", "lead:warm-up", timeout=120)
+    wait_until(lambda: len(subagents(rt)) == 1, what="one spare Subagent actor")
+    (spare,) = subagents(rt)
+    assert spare["Pid"], spare
+    return spare
 
 
 def titled(pids: set[int], title: str) -> list[tuple[psutil.Process, str]]:
@@ -109,11 +122,10 @@ def titled(pids: set[int], title: str) -> list[tuple[psutil.Process, str]]:
     return found
 
 
-def running_subagent_pid(rt: Runtime) -> int:
-    """The pid of the one Subagent actor running a task."""
-    wait_until(lambda: len(subagent_processes(rt, "ray::SubagentActor.run")) == 1)
-    (proc,) = subagent_processes(rt, "ray::SubagentActor.run")
-    return int(proc.pid)
+def is_gone(actor: dict[str, Any], rt: Runtime) -> bool:
+    """``actor`` is dead in the actor table and its process has exited."""
+    alive = {a["ActorID"] for a in subagents(rt)}
+    return actor["ActorID"] not in alive and not titled({int(actor["Pid"])}, "ray::")
 
 
 def wake_of(rt: Runtime, conv: str) -> str:
@@ -162,14 +174,17 @@ def test_two_spawns_run_in_their_own_actors_and_come_back_as_one_wake(rt: Runtim
         == 1
     )
     # The subagents' actors are gone (killed once they reported); only a spare waits.
-    wait_until(lambda: subagent_processes(rt, "ray::SubagentActor.run") == [])
-    assert len(subagent_processes(rt)) <= 1
+    wait_until(lambda: len(subagents(rt)) == 1, what="only the spare left")
 
 
 def test_a_killed_subagent_actor_reports_crashed(rt: Runtime) -> None:
     conv = "lead:crash"
+    spare = the_spare(rt)
     assert rt.ask("lead", "crash test", conversation_id=conv).steps == 1
-    os.kill(running_subagent_pid(rt), signal.SIGKILL)
+    # The spawn took the spare: its task runs there once its turn has started.
+    wait_until(lambda: subagent_turns_started(rt, conv) == 1, what="the subagent started")
+    assert spare["ActorID"] in {a["ActorID"] for a in subagents(rt)}
+    os.kill(int(spare["Pid"]), signal.SIGKILL)
     rt.wait_settled("lead", conv, timeout=120)
     text = wake_of(rt, conv)
     assert "(subagent) · crashed" in text and "ActorLostError" in text
@@ -177,12 +192,14 @@ def test_a_killed_subagent_actor_reports_crashed(rt: Runtime) -> None:
 
 def test_a_subagent_past_its_timeout_is_stopped_and_reported(rt: Runtime) -> None:
     conv = "lead:slow"
+    spare = the_spare(rt)
     assert rt.ask("lead", "too slow", conversation_id=conv).steps == 1
     rt.wait_settled("lead", conv, timeout=120)
     text = wake_of(rt, conv)
     assert "(subagent) · timeout" in text and "did not finish within 3 s" in text
-    # Its actor's process is gone (its model would still be sleeping: 600 s).
-    wait_until(lambda: subagent_processes(rt, "ray::SubagentActor.run") == [])
+    # The actor it ran in is gone (its model would still be sleeping: 600 s).
+    assert subagent_turns_started(rt, conv) == 1
+    wait_until(lambda: is_gone(spare, rt), what="the timed-out subagent's actor gone")
 
 
 def test_work_lost_with_a_killed_persona_is_reported_after_its_restart(rt: Runtime) -> None:
