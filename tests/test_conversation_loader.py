@@ -10,6 +10,7 @@ where a test needs to hold one open.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from runtime.audit import AuditBuffer, AuditLog, ConversationLoader, event_to_row
+from runtime.audit.rows import HISTORY_KINDS
 from runtime.errors import CoterieError
 from runtime.messages import (
     ConversationRecord,
@@ -147,6 +149,66 @@ async def test_only_a_conversation_whose_history_is_buffered_is_flushed_first(
     assert sent == [["dropped", "busy", "new", "new"]]
     assert buffer.pending == 0 and not buffer.holds_history("busy")
     await buffer.aclose()
+
+
+async def test_holds_history_follows_every_row_in_and_out(tmp_path: Path) -> None:
+    """holds_history is kept as a count per conversation; it must say what a
+    scan of the unacknowledged rows (waiting or in flight) says, through
+    sends that succeed or fail, drops over max_pending, a close that leaves
+    rows in the spool and the next buffer's recovery of them."""
+    rng = random.Random(1313)
+    conversations = [f"c{i}" for i in range(4)]
+    failing = False
+    gate = asyncio.Event()
+    gate.set()
+
+    async def send(rows: list[dict[str, Any]]) -> None:
+        await gate.wait()
+        if failing:
+            raise ConnectionError("the log is away")
+
+    def check(buffer: AuditBuffer) -> None:
+        unacknowledged = [*buffer._inflight, *buffer._rows]
+        for c in conversations:
+            scanned = any(
+                r["conversation_id"] == c and r["kind"] in HISTORY_KINDS for r in unacknowledged
+            )
+            assert buffer.holds_history(c) == scanned, (c, [r["kind"] for r in unacknowledged])
+
+    spool = tmp_path / "scribe.spool"
+    checked = {"held": 0, "in_flight": 0, "dropped": 0, "recovered": 0}
+    for _ in range(3):  # each round ends with a close; the next recovers its spool
+        buffer = AuditBuffer(
+            send, replay=send, spool_path=spool, interval=3600, max_events=3, max_pending=8
+        )
+        checked["recovered"] += buffer.pending
+        check(buffer)
+        for _ in range(150):
+            action = rng.random()
+            c = rng.choice(conversations)
+            if action < 0.45:
+                buffer.record(said(c, "hi"))
+            elif action < 0.7:
+                buffer.record(TurnStarted(persona="scribe", conversation_id=c, turn_id="t"))
+            elif action < 0.85:
+                failing = rng.random() < 0.4
+                await buffer.flush()
+            else:  # a send held open: its batch is in flight
+                failing = rng.random() < 0.4
+                gate.clear()
+                flushing = asyncio.create_task(buffer.flush())
+                await settle()
+                checked["in_flight"] += bool(buffer._inflight)
+                check(buffer)
+                gate.set()
+                await flushing
+            check(buffer)
+            checked["held"] += any(buffer.holds_history(c) for c in conversations)
+        checked["dropped"] = buffer.dropped
+        failing = True  # the close cannot send: what is left stays in the spool
+        await buffer.aclose()
+    # The walk went through every case it is meant to check.
+    assert all(checked.values()), checked
 
 
 async def test_the_batch_being_sent_counts_as_held() -> None:

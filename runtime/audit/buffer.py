@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from runtime.audit.rows import HISTORY_KINDS, Row, Send, event_to_row
@@ -91,6 +92,9 @@ class AuditBuffer:
         self._replay_left = 0
         # The batch being sent: unacknowledged, so kept by a spool compaction.
         self._inflight: list[Row] = []
+        # Per conversation, its HISTORY_KINDS rows among _rows and _inflight
+        # (absent at zero): what holds_history answers from, in O(1).
+        self._history: dict[str, int] = {}
         self._lock = asyncio.Lock()
         self._timer: asyncio.Task[None] | None = None
         self._size_flush: asyncio.Task[None] | None = None
@@ -144,6 +148,7 @@ class AuditBuffer:
         if rows:
             log.warning("audit spool %s: replaying %d unacknowledged row(s)", path, len(rows))
             self._rows.extend(rows)
+            self._count_history(rows, 1)
             self._replay_left = self._recovered = len(rows)
             self._enforce_cap()
             self._schedule()
@@ -191,11 +196,19 @@ class AuditBuffer:
         waiting or in the batch being sent: what a read of that conversation
         from the log must :meth:`flush` first to see. Its other rows (the
         message that just came in, say) change nothing in what is read."""
-        return any(
-            row["conversation_id"] == conversation_id and row["kind"] in HISTORY_KINDS
-            for rows in (self._inflight, self._rows)
-            for row in rows
-        )
+        return conversation_id in self._history
+
+    def _count_history(self, rows: Iterable[Row], delta: int) -> None:
+        """Add ``delta`` to :attr:`_history` for each of ``rows`` of a history kind."""
+        counts = self._history
+        for row in rows:
+            if row["kind"] in HISTORY_KINDS:
+                conversation_id = row["conversation_id"]
+                n = counts.get(conversation_id, 0) + delta
+                if n:
+                    counts[conversation_id] = n
+                else:
+                    del counts[conversation_id]
 
     def record(self, event: TurnEvent) -> None:
         """Buffer one event (and spool it); cheap and synchronous."""
@@ -203,6 +216,7 @@ class AuditBuffer:
             raise RuntimeError("audit buffer is closed")
         row = event_to_row(event)
         self._rows.append(row)
+        self._count_history((row,), 1)
         if self._spool is not None:
             # After the append: a compaction rewrites the spool from _rows.
             self._spool_append(row)
@@ -352,10 +366,12 @@ class AuditBuffer:
                 if replayed:
                     self._replay_left -= n
                 self._inflight = batch
+                kept = False
                 try:
                     await (self._replay if replayed else self._send)(batch)
                 except Exception as exc:
                     self._rows.extendleft(reversed(batch))
+                    kept = True
                     self._replay_left += n
                     self._failures += 1
                     self._healthy = False
@@ -369,6 +385,8 @@ class AuditBuffer:
                     return
                 finally:
                     self._inflight = []
+                    if not kept:  # acknowledged (or abandoned by a cancel): gone
+                        self._count_history(batch, -1)
                 self._sent += len(batch)
                 self._healthy = True
             if not self._rows:
@@ -382,8 +400,7 @@ class AuditBuffer:
         excess = len(self._rows) - self._max_pending
         if excess <= 0:
             return
-        for _ in range(excess):
-            self._rows.popleft()
+        self._count_history([self._rows.popleft() for _ in range(excess)], -1)
         self._replay_left = max(0, self._replay_left - excess)
         self._dropped += excess
         self._unlogged_drops += excess
