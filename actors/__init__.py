@@ -16,10 +16,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from actors import _lean  # noqa: F401
+from coterie.actors import _lean  # noqa: F401
 
 if TYPE_CHECKING:
-    from actors._ray import (
+    from coterie.actors._ray import (
         NAMESPACE,
         audit_name,
         memory_name,
@@ -41,6 +41,6 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("actors._ray"), name)
+    value = getattr(importlib.import_module("coterie.actors._ray"), name)
     globals()[name] = value
     return value

@@ -19,10 +19,10 @@ from typing import Any, Literal, cast
 
 import ray
 
-from runtime.audit import AuditBuffer, Row
-from runtime.errors import ActorLostError, CoterieError, ToolError
-from runtime.memory import MemoryBackend
-from runtime.routing import retry_transient
+from coterie.runtime.audit import AuditBuffer, Row
+from coterie.runtime.errors import ActorLostError, CoterieError, ToolError
+from coterie.runtime.memory import MemoryBackend
+from coterie.runtime.routing import retry_transient
 
 NAMESPACE = "coterie"
 #: How long a ping may take before the actor counts as not (yet) reachable.

@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-from runtime.audit import AuditLog
+from coterie.runtime.audit import AuditLog
 
 
 class AuditLogActor(AuditLog):

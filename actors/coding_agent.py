@@ -17,10 +17,10 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors._ray import audit_buffer_for, remote
-from runtime.delegation import Work, WorkOutcome
-from runtime.delegation.coding import CodingAgentRun
-from runtime.delegation.records import CodingRequest
+from coterie.actors._ray import audit_buffer_for, remote
+from coterie.runtime.delegation import Work, WorkOutcome
+from coterie.runtime.delegation.coding import CodingAgentRun
+from coterie.runtime.delegation.records import CodingRequest
 
 
 class CodingAgentActor:

@@ -24,12 +24,12 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors._ray import audit_buffer_for, audit_name, memory_backend, memory_name, remote
-from runtime.config import RuntimeSettings
-from runtime.eval.plan import RunPlan
-from runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
-from runtime.memory import MemoryClient
-from tools import builtin_registry
+from coterie.actors._ray import audit_buffer_for, audit_name, memory_backend, memory_name, remote
+from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.eval.plan import RunPlan
+from coterie.runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
+from coterie.runtime.memory import MemoryClient
+from coterie.tools import builtin_registry
 
 
 class EvalWorkerActor:

@@ -17,10 +17,10 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors._ray import remote
-from runtime.errors import ActorLostError, ToolError
-from runtime.mcp.hub import McpClient
-from runtime.mcp.records import (
+from coterie.actors._ray import remote
+from coterie.runtime.errors import ActorLostError, ToolError
+from coterie.runtime.mcp.hub import McpClient
+from coterie.runtime.mcp.records import (
     McpCallResult,
     McpContent,
     McpLaunch,
@@ -46,7 +46,7 @@ class McpServerActor:
     def _new_session(self) -> Any:
         # The SDK is imported here, in the server's own actor only: a persona
         # process never loads it.
-        from runtime.mcp.session import McpSession
+        from coterie.runtime.mcp.session import McpSession
 
         return McpSession(self.launch)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import ray
 
-from runtime.config import MemorySettings
-from runtime.memory import MemoryServer
+from coterie.runtime.config import MemorySettings
+from coterie.runtime.memory import MemoryServer
 
 
 class MemoryStoreActor(MemoryServer):
@@ -38,7 +38,7 @@ def get_or_create_memory_store(
 ) -> Any:
     """The named MemoryStore actor, created on first use; ``options`` are more
     Ray actor options (where it runs: ``actors.router.placement_options``)."""
-    from runtime.memory import embedder_process_env
+    from coterie.runtime.memory import embedder_process_env
 
     env = embedder_process_env(settings)
     return MemoryStoreActorRemote.options(  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from actors._ray import (
+from coterie.actors._ray import (
     RayPersonaLink,
     audit_buffer_for,
     cluster_addresses,
@@ -28,19 +28,19 @@ from actors._ray import (
     read,
     remote,
 )
-from actors.coding_agent import RayCodingAgents
-from actors.mcp import RayMcpClients
-from actors.shell import ShellProcesses
-from actors.subagent import RaySubagents
-from runtime.audit.loader import ConversationLoader
-from runtime.config import RuntimeSettings, load_persona
-from runtime.connectors import ConnectorInfo, OutboundMessage
-from runtime.memory import MemoryClient
-from runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
-from runtime.models import build_model_or_unavailable
-from runtime.persona import PersonaRuntime
-from runtime.routing import Directory, IdleWatcher
-from tools import builtin_registry
+from coterie.actors.coding_agent import RayCodingAgents
+from coterie.actors.mcp import RayMcpClients
+from coterie.actors.shell import ShellProcesses
+from coterie.actors.subagent import RaySubagents
+from coterie.runtime.audit.loader import ConversationLoader
+from coterie.runtime.config import RuntimeSettings, load_persona
+from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
+from coterie.runtime.memory import MemoryClient
+from coterie.runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
+from coterie.runtime.models import build_model_or_unavailable
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.routing import Directory, IdleWatcher
+from coterie.tools import builtin_registry
 
 log = logging.getLogger("coterie.persona")
 

@@ -16,16 +16,16 @@ from typing import Any
 
 import ray
 
-from actors._ray import actor_id, persona_actor_name, remote
-from actors.mcp import new_server_actor
-from actors.persona import PersonaActorRemote
-from runtime.config import Placement, RuntimeSettings, load_persona
-from runtime.connectors import ConnectorInfo, OutboundMessage
-from runtime.errors import PlacementError
-from runtime.mcp.records import McpLaunch
-from runtime.messages import PersonaStats
-from runtime.routing import Router, RouterStatus
-from runtime.routing.placement import check_placement, start_timeout_message
+from coterie.actors._ray import actor_id, persona_actor_name, remote
+from coterie.actors.mcp import new_server_actor
+from coterie.actors.persona import PersonaActorRemote
+from coterie.runtime.config import Placement, RuntimeSettings, load_persona
+from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
+from coterie.runtime.errors import PlacementError
+from coterie.runtime.mcp.records import McpLaunch
+from coterie.runtime.messages import PersonaStats
+from coterie.runtime.routing import Router, RouterStatus
+from coterie.runtime.routing.placement import check_placement, start_timeout_message
 
 
 def placement_options(placement: Placement) -> dict[str, Any]:

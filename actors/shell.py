@@ -12,9 +12,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors._ray import remote
-from runtime.errors import ActorLostError, ToolError
-from runtime.shell import (
+from coterie.actors._ray import remote
+from coterie.runtime.errors import ActorLostError, ToolError
+from coterie.runtime.shell import (
     ProcessOutput,
     ProcessSlot,
     ProcessStatus,

@@ -20,11 +20,11 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors._ray import audit_buffer_for, remote
-from runtime.delegation import SubagentRequest, SubagentRun, Work, WorkOutcome
-from runtime.models import build_model_or_unavailable
-from runtime.shell import LocalProcesses
-from tools import builtin_registry
+from coterie.actors._ray import audit_buffer_for, remote
+from coterie.runtime.delegation import SubagentRequest, SubagentRun, Work, WorkOutcome
+from coterie.runtime.models import build_model_or_unavailable
+from coterie.runtime.shell import LocalProcesses
+from coterie.tools import builtin_registry
 
 
 class SubagentActor:

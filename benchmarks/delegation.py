@@ -56,16 +56,16 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
-from runtime.config import RuntimeSettings, load_persona  # noqa: E402
-from runtime.delegation import LocalSubagents  # noqa: E402
-from runtime.delegation.acp import AcpSession  # noqa: E402
-from runtime.delegation.acp_roster import AgentSpec  # noqa: E402
-from runtime.messages import MessageEnvelope, ModelCalled, ToolCalled  # noqa: E402
-from runtime.models import build_model  # noqa: E402
-from runtime.persona import PersonaRuntime  # noqa: E402
-from runtime.services import NullAudit  # noqa: E402
-from runtime.testing.anthropic_stream import AnthropicStreamServer  # noqa: E402
-from tools import builtin_registry  # noqa: E402
+from coterie.runtime.config import RuntimeSettings, load_persona  # noqa: E402
+from coterie.runtime.delegation import LocalSubagents  # noqa: E402
+from coterie.runtime.delegation.acp import AcpSession  # noqa: E402
+from coterie.runtime.delegation.acp_roster import AgentSpec  # noqa: E402
+from coterie.runtime.messages import MessageEnvelope, ModelCalled, ToolCalled  # noqa: E402
+from coterie.runtime.models import build_model  # noqa: E402
+from coterie.runtime.persona import PersonaRuntime  # noqa: E402
+from coterie.runtime.services import NullAudit  # noqa: E402
+from coterie.runtime.testing.anthropic_stream import AnthropicStreamServer  # noqa: E402
+from coterie.tools import builtin_registry  # noqa: E402
 
 MiB = 2**20
 CLAUDE_ACP = Path(

@@ -44,11 +44,11 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors.eval import RayExecutor  # noqa: E402
 from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
-from runtime.config import RuntimeSettings  # noqa: E402
-from runtime.eval import EvalRunner, RunOptions, open_store, plan_run  # noqa: E402
+from coterie.actors.eval import RayExecutor  # noqa: E402
+from coterie.runtime.config import RuntimeSettings  # noqa: E402
+from coterie.runtime.eval import EvalRunner, RunOptions, open_store, plan_run  # noqa: E402
 
 MiB = 2**20
 console = Console(width=None if sys.stdout.isatty() else 150)

@@ -65,15 +65,15 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors import persona_actor_name  # noqa: E402
 from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
-from runtime.config import RuntimeSettings, load_persona  # noqa: E402
-from runtime.messages import MessageEnvelope, ReplyEnvelope  # noqa: E402
-from runtime.models import build_model  # noqa: E402
-from runtime.persona import PersonaRuntime  # noqa: E402
-from runtime.testing.servers import FakeOpenAIServer  # noqa: E402
-from tools import builtin_registry  # noqa: E402
+from coterie.actors import persona_actor_name  # noqa: E402
+from coterie.runtime.config import RuntimeSettings, load_persona  # noqa: E402
+from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope  # noqa: E402
+from coterie.runtime.models import build_model  # noqa: E402
+from coterie.runtime.persona import PersonaRuntime  # noqa: E402
+from coterie.runtime.testing.servers import FakeOpenAIServer  # noqa: E402
+from coterie.tools import builtin_registry  # noqa: E402
 
 KEY_ENV = "COTERIE_BENCH_OPENAI_KEY"
 SCRIPTED = {"model": {"provider": "scripted", "default": "pong"}}

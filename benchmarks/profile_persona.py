@@ -48,7 +48,7 @@ from benchmarks.personas import (  # noqa: E402
     write_persona,
 )
 from coterie import Runtime  # noqa: E402
-from runtime.config import RuntimeSettings  # noqa: E402
+from coterie.runtime.config import RuntimeSettings  # noqa: E402
 
 NAME = "profiled"
 #: Innermost frames that mean "this thread is waiting", not working.

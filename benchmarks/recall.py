@@ -82,7 +82,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runtime.config import MemorySettings  # noqa: E402
+from coterie.runtime.config import MemorySettings  # noqa: E402
 
 # As the MemoryStore actor's process gets it (embedder_process_env): numpy's
 # BLAS reads OMP_NUM_THREADS once, when numpy loads, so it is set first.
@@ -95,7 +95,7 @@ import psutil  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from runtime.memory import (  # noqa: E402
+from coterie.runtime.memory import (  # noqa: E402
     Embedder,
     MemoryInput,
     MemoryStore,
@@ -105,8 +105,8 @@ from runtime.memory import (  # noqa: E402
     embedders,
     fusion,
 )
-from runtime.memory.store import CANDIDATES  # noqa: E402
-from runtime.testing import recall_eval  # noqa: E402
+from coterie.runtime.memory.store import CANDIDATES  # noqa: E402
+from coterie.runtime.testing import recall_eval  # noqa: E402
 
 PERSONA = "bench"
 OTHER_PERSONAS = 10
@@ -598,7 +598,7 @@ def bench_quality(minilm: Embedder, tmp: Path) -> dict[str, float]:
 def bench_actor(tmp: Path) -> dict[str, Any]:
     import ray
 
-    from actors.memory import get_or_create_memory_store
+    from coterie.actors.memory import get_or_create_memory_store
 
     # Ray forks helpers after LanceDB has started its threads; LanceDB warns
     # about it on every fork. Nothing here uses LanceDB in those children.

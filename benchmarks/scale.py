@@ -88,7 +88,7 @@ from benchmarks.personas import (  # noqa: E402
     write_persona,
 )
 from coterie import Runtime  # noqa: E402
-from runtime.config import RuntimeSettings  # noqa: E402
+from coterie.runtime.config import RuntimeSettings  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -160,7 +160,7 @@ def built_as_coterie(cls: type) -> Any:
     (``actors._lean``, which imports nothing else of coterie's). The class
     holds that module, so Ray imports it when it loads the class, before it
     decodes the actor's arguments; the floor's code is unchanged."""
-    import actors._lean as lean
+    import coterie.actors._lean as lean
 
     return ray.remote(num_cpus=0)(type(f"Lean{cls.__name__}", (cls,), {"_lean": lean}))
 

@@ -29,11 +29,11 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors.shell import ShellProcesses  # noqa: E402
-from runtime.context import Services, TurnContext  # noqa: E402
-from runtime.shell import LocalProcesses, scrubbed_env  # noqa: E402
-from runtime.testing import turn_context as make_ctx  # noqa: E402
-from tools.shell import ShellExecArgs, shell_exec  # noqa: E402
+from coterie.actors.shell import ShellProcesses  # noqa: E402
+from coterie.runtime.context import Services, TurnContext  # noqa: E402
+from coterie.runtime.shell import LocalProcesses, scrubbed_env  # noqa: E402
+from coterie.runtime.testing import turn_context as make_ctx  # noqa: E402
+from coterie.tools.shell import ShellExecArgs, shell_exec  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 

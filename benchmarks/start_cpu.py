@@ -12,7 +12,7 @@ the OpenAI provider builds it), median of ``--rounds``:
   stages what a starting persona's process does: Ray's worker up to the
   actor's ``__init__``; aiohttp, which all three import (the bare floor's
   client, the SDK's transport, coterie's web tools); coterie's modules
-  (``import actors.persona``); the ``PersonaActor`` set-up, the same class
+  (``import coterie.actors.persona``); the ``PersonaActor`` set-up, the same class
   with the arguments the router gives it; the SDK's modules (``import
   openai``); the first turn, which builds the SDK client; and a second,
   warm turn. The floors' probes do their own stages the same way;
@@ -48,7 +48,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import benchmarks.scale  # noqa: E402
-from actors._ray import audit_name, memory_name, router_name  # noqa: E402
 from benchmarks._procs import compile_coterie, cpu_of  # noqa: E402
 from benchmarks.personas import (  # noqa: E402
     KEY_ENV,
@@ -62,6 +61,7 @@ from benchmarks.personas import (  # noqa: E402
 )
 from benchmarks.scale import BareActor, SdkActor  # noqa: E402
 from coterie import Runtime  # noqa: E402
+from coterie.actors._ray import audit_name, memory_name, router_name  # noqa: E402
 
 # The floors' workers get BareActor and SdkActor themselves, not an import
 # of benchmarks.scale (which imports coterie).
@@ -69,7 +69,7 @@ ray.cloudpickle.register_pickle_by_value(benchmarks.scale)
 
 WORKER = "Ray's worker, to the actor's __init__"
 AIOHTTP = "aiohttp (all three import it)"
-COTERIE = "coterie's modules (import actors.persona)"
+COTERIE = "coterie's modules (import coterie.actors.persona)"
 SETUP = "the PersonaActor set-up"
 SDK = "the SDK's modules (import openai)"
 FIRST = "first turn / first call"
@@ -106,9 +106,9 @@ class Probe:
 
         lap(AIOHTTP)
         if kind == "persona":
-            from actors.persona import PersonaActor
-            from runtime.config import RuntimeSettings
-            from runtime.messages import MessageEnvelope
+            from coterie.actors.persona import PersonaActor
+            from coterie.runtime.config import RuntimeSettings
+            from coterie.runtime.messages import MessageEnvelope
 
             lap(COTERIE)
             # The settings come as JSON: unpickling the model would have

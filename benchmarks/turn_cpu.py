@@ -57,12 +57,12 @@ from benchmarks.personas import (  # noqa: E402
 )
 from benchmarks.scale import SdkActor, SdkRemote  # noqa: E402
 from coterie import Runtime  # noqa: E402
-from runtime.audit import AuditBuffer  # noqa: E402
-from runtime.config import RuntimeSettings, load_persona  # noqa: E402
-from runtime.messages import ConversationRecord, MessageEnvelope  # noqa: E402
-from runtime.models import build_model  # noqa: E402
-from runtime.persona import PersonaRuntime  # noqa: E402
-from tools import builtin_registry  # noqa: E402
+from coterie.runtime.audit import AuditBuffer  # noqa: E402
+from coterie.runtime.config import RuntimeSettings, load_persona  # noqa: E402
+from coterie.runtime.messages import ConversationRecord, MessageEnvelope  # noqa: E402
+from coterie.runtime.models import build_model  # noqa: E402
+from coterie.runtime.persona import PersonaRuntime  # noqa: E402
+from coterie.tools import builtin_registry  # noqa: E402
 
 SCRIPTED = {"description": "Answers at once.", "model": {"provider": "scripted", "default": "pong"}}
 NAMES = {"openai": "cpu-openai", "scripted": "cpu-scripted"}

@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from coterie import Runtime  # noqa: E402
-from runtime.config import load_persona  # noqa: E402
-from runtime.messages import MessageEnvelope  # noqa: E402
-from runtime.models import build_model  # noqa: E402
-from runtime.persona import PersonaRuntime  # noqa: E402
-from tools import builtin_registry  # noqa: E402
+from coterie.runtime.config import load_persona  # noqa: E402
+from coterie.runtime.messages import MessageEnvelope  # noqa: E402
+from coterie.runtime.models import build_model  # noqa: E402
+from coterie.runtime.persona import PersonaRuntime  # noqa: E402
+from coterie.tools import builtin_registry  # noqa: E402
 
 PERSONAS = {
     "bench-plain": {"model": {"provider": "scripted", "default": "pong"}},

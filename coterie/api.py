@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import ray
 
-from actors._ray import (
+from coterie.actors._ray import (
     NAMESPACE,
     RayPersonaLink,
     audit_name,
@@ -37,28 +37,28 @@ from actors._ray import (
     runtime_id,
     unwrap,
 )
-from actors.audit import get_or_create_audit_log
-from actors.memory import get_or_create_memory_store
-from actors.router import (
+from coterie.actors.audit import get_or_create_audit_log
+from coterie.actors.memory import get_or_create_memory_store
+from coterie.actors.router import (
     RouterActorRemote,
     await_started,
     check_cluster_placement,
     placement_options,
 )
-from runtime.audit import QueryResult
-from runtime.config import (
+from coterie.runtime.audit import QueryResult
+from coterie.runtime.config import (
     RuntimeSettings,
     load_settings,
     persona_exists,
     persona_names,
     resolve_home,
 )
-from runtime.connectors import ConnectorInfo, OutboundMessage
-from runtime.errors import ActorLostError, CoterieError, DeliveryError, UnknownPersonaError
-from runtime.memory import MemoryClient, RecallHit
-from runtime.memory.choice import EmbedderChoice
-from runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
-from runtime.routing import Directory, PersonaInfo, RouterStatus
+from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
+from coterie.runtime.errors import ActorLostError, CoterieError, DeliveryError, UnknownPersonaError
+from coterie.runtime.memory import MemoryClient, RecallHit
+from coterie.runtime.memory.choice import EmbedderChoice
+from coterie.runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
+from coterie.runtime.routing import Directory, PersonaInfo, RouterStatus
 
 DEFAULT_ASK_TIMEOUT = 120.0
 #: Seconds a status waits for the memory store (it may still be starting).

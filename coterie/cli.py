@@ -16,8 +16,8 @@ from rich.table import Table
 
 from coterie import eval_cli
 from coterie.client import ServerClient, ServerError, find_server, read_state
-from runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
-from runtime.errors import CoterieError, PersonaConfigError
+from coterie.runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
+from coterie.runtime.errors import CoterieError, PersonaConfigError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -89,15 +89,15 @@ def cmd_personas(args: argparse.Namespace) -> int:
 def _local_memory_status(home: Path) -> dict[str, Any]:
     """The embedder a runtime started from here would give the memory store
     (what ``/v1/status`` reports of a running one), decided in this process."""
-    from runtime.config import load_settings
-    from runtime.memory.choice import choose_embedder
+    from coterie.runtime.config import load_settings
+    from coterie.runtime.memory.choice import choose_embedder
 
     try:
         settings = load_settings(home).memory
         uri = settings.uri or str(home / "memory")
         recorded = None
         if "://" in uri or Path(uri).exists():  # only an existing store has an embedder
-            from runtime.memory.server import recorded_embedder
+            from coterie.runtime.memory.server import recorded_embedder
 
             recorded = recorded_embedder(uri, storage_options=settings.storage_options or None)
         choice = choose_embedder(settings, recorded=recorded)
@@ -114,7 +114,7 @@ def _print_memory_line(memory: dict[str, Any]) -> None:
 
 
 def _ask_server(server: ServerClient, persona: str, text: str, conversation: str | None) -> Any:
-    from runtime.messages import ReplyEnvelope
+    from coterie.runtime.messages import ReplyEnvelope
 
     body: dict[str, Any] = {"text": text}
     if conversation:
@@ -227,12 +227,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from runtime.audit import read_only_query
+    from coterie.runtime.audit import read_only_query
 
     address = args.address or os.environ.get("RAY_ADDRESS")
     server = _server(args)
     if server is not None:
-        from runtime.audit import QueryResult
+        from coterie.runtime.audit import QueryResult
 
         data = server.post("/v1/audit/query", {"sql": args.sql})
         result = QueryResult(columns=data["columns"], rows=[tuple(r) for r in data["rows"]])

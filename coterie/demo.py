@@ -25,8 +25,8 @@ from rich.table import Table
 from rich.text import Text
 
 from coterie.api import Runtime
-from runtime.errors import CoterieError
-from runtime.messages import (
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.messages import (
     AssistantMessage,
     ChatMessage,
     ReplyEnvelope,

@@ -13,12 +13,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as Bar
 from rich.table import Table
 
-from runtime.config import resolve_home
-from runtime.errors import ConfigError
-from runtime.eval.plan import RunOptions, RunPlan, plan_resume, plan_run
-from runtime.eval.records import CompareReport, RunReport
-from runtime.eval.runner import EvalRunner, Progress
-from runtime.eval.store import EvalStore, open_store
+from coterie.runtime.config import resolve_home
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.eval.plan import RunOptions, RunPlan, plan_resume, plan_run
+from coterie.runtime.eval.records import CompareReport, RunReport
+from coterie.runtime.eval.runner import EvalRunner, Progress
+from coterie.runtime.eval.store import EvalStore, open_store
 
 # Wide enough for the tables when the output goes to a file or a pipe.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -121,7 +121,7 @@ def _describe(p: Progress) -> str:
 
 
 async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore) -> Progress:
-    from actors.eval import RayExecutor
+    from coterie.actors.eval import RayExecutor
 
     executor = RayExecutor.for_runtime(plan, rt, workers=workers)
     placed = await executor.nodes()

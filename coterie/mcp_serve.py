@@ -66,12 +66,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coterie.client import ServerClient, ServerError, find_server
-from runtime.errors import CoterieError, DeliveryError
-from runtime.memory.records import RecallHit
-from runtime.messages import ReplyEnvelope, TurnStatus
-from runtime.routing import PersonaInfo
-from runtime.serve.app import RECALL_LIMIT, RECALL_MAX, RECALL_QUERY_CHARS
-from runtime.serve.http import ID_PATTERN
+from coterie.runtime.errors import CoterieError, DeliveryError
+from coterie.runtime.memory.records import RecallHit
+from coterie.runtime.messages import ReplyEnvelope, TurnStatus
+from coterie.runtime.routing import PersonaInfo
+from coterie.runtime.serve.app import RECALL_LIMIT, RECALL_MAX, RECALL_QUERY_CHARS
+from coterie.runtime.serve.http import ID_PATTERN
 
 if TYPE_CHECKING:
     from coterie.api import Runtime

@@ -21,12 +21,12 @@ from typing import Any
 from aiohttp import web
 
 from coterie.client import ServerState, remove_state, write_state
-from runtime.config import RuntimeSettings, ServeSettings, load_settings, resolve_home
-from runtime.connectors.base import Connector
-from runtime.connectors.mailbox import cli_connector, web_connector
-from runtime.connectors.manager import ConnectorManager
-from runtime.errors import ConfigError
-from runtime.serve.app import build_app, set_backend, set_starting_error
+from coterie.runtime.config import RuntimeSettings, ServeSettings, load_settings, resolve_home
+from coterie.runtime.connectors.base import Connector
+from coterie.runtime.connectors.mailbox import cli_connector, web_connector
+from coterie.runtime.connectors.manager import ConnectorManager
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.serve.app import build_app, set_backend, set_starting_error
 
 log = logging.getLogger("coterie.serve")
 
@@ -46,7 +46,7 @@ def chat_app_connectors(settings: RuntimeSettings) -> tuple[list[Connector], dic
     personas: dict[str, str] = {}
     telegram = settings.connectors.telegram
     if telegram is not None:
-        from runtime.connectors.telegram import telegram_from_env
+        from coterie.runtime.connectors.telegram import telegram_from_env
 
         connector = telegram_from_env(telegram, os.environ)
         if connector is None:

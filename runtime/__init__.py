@@ -10,7 +10,7 @@ Arrow, LanceDB, torch) load lazily where they are used.
 
 from __future__ import annotations
 
-from runtime.config import (
+from coterie.runtime.config import (
     Persona,
     PersonaConfig,
     RuntimeSettings,
@@ -19,8 +19,8 @@ from runtime.config import (
     persona_names,
     resolve_home,
 )
-from runtime.context import Conversation, Services, TurnContext
-from runtime.errors import (
+from coterie.runtime.context import Conversation, Services, TurnContext
+from coterie.runtime.errors import (
     AuditQueryError,
     ConfigError,
     CoterieError,
@@ -35,8 +35,8 @@ from runtime.errors import (
     TurnFailedError,
     UnknownPersonaError,
 )
-from runtime.loop import TurnLoop, TurnResult
-from runtime.messages import (
+from coterie.runtime.loop import TurnLoop, TurnResult
+from coterie.runtime.messages import (
     AssistantMessage,
     MessageEnvelope,
     ModelRequest,
@@ -46,11 +46,11 @@ from runtime.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from runtime.models import FunctionModel, Model, RulesModel, ScriptedModel, build_model
-from runtime.persona import PersonaRuntime
-from runtime.runner import ToolRunner
-from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
-from runtime.tool import ToolRegistry, ToolSpec, tool
+from coterie.runtime.models import FunctionModel, Model, RulesModel, ScriptedModel, build_model
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.runner import ToolRunner
+from coterie.runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
+from coterie.runtime.tool import ToolRegistry, ToolSpec, tool
 
 __all__ = [
     "AssistantMessage",

@@ -26,10 +26,10 @@ from pydantic import (
     model_validator,
 )
 
-from runtime.connectors.telegram import TelegramSettings
-from runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
-from runtime.messages import TurnContextKind
-from runtime.yaml_load import load_yaml
+from coterie.runtime.connectors.telegram import TelegramSettings
+from coterie.runtime.errors import ConfigError, PersonaConfigError, UnknownPersonaError
+from coterie.runtime.messages import TurnContextKind
+from coterie.runtime.yaml_load import load_yaml
 
 PERSONA_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 

@@ -17,14 +17,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from runtime.config import (
+from coterie.runtime.config import (
     AccessLevel,
     NetworkSettings,
     RuntimeSettings,
     ThinkingMode,
     ToolFilter,
 )
-from runtime.messages import (
+from coterie.runtime.messages import (
     ChatMessage,
     Origin,
     Question,
@@ -32,7 +32,7 @@ from runtime.messages import (
     TodoItem,
     TurnContextKind,
 )
-from runtime.services import (
+from coterie.runtime.services import (
     AuditSink,
     DelegationService,
     DeliveryService,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from runtime.errors import UnknownPersonaError
-from runtime.messages import MessageEnvelope, ReplyEnvelope
-from runtime.persona import PersonaRuntime
+from coterie.runtime.errors import UnknownPersonaError
+from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope
+from coterie.runtime.persona import PersonaRuntime
 
 
 class LocalHub:

@@ -20,9 +20,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from runtime.context import BACKGROUND_CONTEXTS, TurnContext
-from runtime.errors import ModelError
-from runtime.messages import (
+from coterie.runtime.context import BACKGROUND_CONTEXTS, TurnContext
+from coterie.runtime.errors import ModelError
+from coterie.runtime.messages import (
     AssistantMessage,
     ChatMessage,
     HistoryAppended,
@@ -40,9 +40,9 @@ from runtime.messages import (
     TurnStatus,
     UserMessage,
 )
-from runtime.models.base import Model, StreamingModel
-from runtime.runner import ToolOutcome, ToolRunner, error_result
-from runtime.tool import ToolRegistry, ToolSource, ToolSpec
+from coterie.runtime.models.base import Model, StreamingModel
+from coterie.runtime.runner import ToolOutcome, ToolRunner, error_result
+from coterie.runtime.tool import ToolRegistry, ToolSource, ToolSpec
 
 STEP_LIMIT_NOTE = (
     "[harness] The step limit of this turn ({max_steps} model calls) is reached. "

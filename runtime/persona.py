@@ -35,18 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.config import Persona, RuntimeSettings, runtime_timezone
-from runtime.context import Conversation, Services, TurnContext
-from runtime.delegation import Delegations, LocalSubagents, SubagentLauncher, SubagentSetup
-from runtime.delegation.acp_roster import RosterFile
-from runtime.delegation.coding import LocalCodingAgents
-from runtime.delegation.records import CodingAgentLauncher, CodingSetup
-from runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
-from runtime.loop import TurnLoop, TurnResult
-from runtime.mcp.hub import ClientFactory, McpHub, local_clients
-from runtime.mcp.source import McpToolSource
-from runtime.memory.records import UserModelRow
-from runtime.messages import (
+from coterie.runtime.config import Persona, RuntimeSettings, runtime_timezone
+from coterie.runtime.context import Conversation, Services, TurnContext
+from coterie.runtime.delegation import Delegations, LocalSubagents, SubagentLauncher, SubagentSetup
+from coterie.runtime.delegation.acp_roster import RosterFile
+from coterie.runtime.delegation.coding import LocalCodingAgents
+from coterie.runtime.delegation.records import CodingAgentLauncher, CodingSetup
+from coterie.runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError
+from coterie.runtime.loop import TurnLoop, TurnResult
+from coterie.runtime.mcp.hub import ClientFactory, McpHub, local_clients
+from coterie.runtime.mcp.source import McpToolSource
+from coterie.runtime.memory.records import UserModelRow
+from coterie.runtime.messages import (
     AssistantMessage,
     ChatMessage,
     ConversationRecord,
@@ -68,14 +68,14 @@ from runtime.messages import (
     inbox_id,
     new_id,
 )
-from runtime.models import build_model_or_unavailable
-from runtime.models.base import Model
-from runtime.prompt import build_system_prompt
-from runtime.runner import ToolRunner, error_result, remove_old_spills
-from runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
-from runtime.shell.env import secrets_to_hide
-from runtime.shell.table import LocalProcesses
-from runtime.tool import ToolRegistry
+from coterie.runtime.models import build_model_or_unavailable
+from coterie.runtime.models.base import Model
+from coterie.runtime.prompt import build_system_prompt
+from coterie.runtime.runner import ToolRunner, error_result, remove_old_spills
+from coterie.runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
+from coterie.runtime.shell.env import secrets_to_hide
+from coterie.runtime.shell.table import LocalProcesses
+from coterie.runtime.tool import ToolRegistry
 
 log = logging.getLogger("coterie.persona")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, tzinfo
 
-from runtime.config import Persona
-from runtime.memory.records import UserModelRow
+from coterie.runtime.config import Persona
+from coterie.runtime.memory.records import UserModelRow
 
 
 def build_system_prompt(

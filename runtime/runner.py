@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.messages import ToolCall, ToolCalled, ToolFinished
-from runtime.tool import Deferred, ToolSpec
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.messages import ToolCall, ToolCalled, ToolFinished
+from coterie.runtime.tool import Deferred, ToolSpec
 
 log = logging.getLogger("coterie.tools")
 

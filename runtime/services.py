@@ -15,22 +15,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime.config import AccessLevel
-from runtime.connectors.base import ConnectorInfo, OutboundMessage
-from runtime.memory.records import IngestResult, MemoryRow, RecallHit, Source, UserModelRow
-from runtime.messages import MessageEnvelope, ReplyEnvelope, TurnEvent
-from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
+from coterie.runtime.config import AccessLevel
+from coterie.runtime.connectors.base import ConnectorInfo, OutboundMessage
+from coterie.runtime.memory.records import IngestResult, MemoryRow, RecallHit, Source, UserModelRow
+from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope, TurnEvent
+from coterie.runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
 
 if TYPE_CHECKING:
-    from runtime.mcp.hub import ServerView
-    from runtime.mcp.records import (
+    from coterie.runtime.mcp.hub import ServerView
+    from coterie.runtime.mcp.records import (
         McpCallResult,
         McpContent,
         McpPromptInfo,
         McpPromptResult,
         McpResourceInfo,
     )
-    from runtime.shell.sandbox import Sandbox
+    from coterie.runtime.shell.sandbox import Sandbox
 
 
 class AuditSink(Protocol):

@@ -22,8 +22,8 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import GenerateJsonSchema
 
-from runtime.context import TurnContext
-from runtime.messages import ToolDefinition
+from coterie.runtime.context import TurnContext
+from coterie.runtime.messages import ToolDefinition
 
 ToolFn = Callable[[Any, TurnContext], Awaitable[Any]]
 

@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from runtime.context import TurnContext
-from runtime.testing import turn_context
+from coterie.runtime.context import TurnContext
+from coterie.runtime.testing import turn_context
 
 
 def make_ctx(text: str = "hi", **kwargs: Any) -> TurnContext:
@@ -70,7 +70,7 @@ def hashing_embeddings(
     """An OpenAI-style ``POST /v1/embeddings`` handler answering the hashing
     embedder's vectors; it records each request's inputs in ``inputs`` and,
     with ``key``, asserts the bearer token."""
-    from runtime.memory import HashingEmbedder
+    from coterie.runtime.memory import HashingEmbedder
 
     hashing = HashingEmbedder(dim)
 

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from acp.schema import PermissionOption, ToolCallLocation, ToolCallUpdate
 
-from runtime.delegation.acp import (
+from coterie.runtime.delegation.acp import (
     AcpProtocolError,
     AcpSession,
     AcpStartError,
@@ -37,16 +37,16 @@ from runtime.delegation.acp import (
     run_coding_task,
     snapshot_tree,
 )
-from runtime.delegation.acp_roster import (
+from coterie.runtime.delegation.acp_roster import (
     AcpRosterError,
     AgentSpec,
     load_acp_roster,
     parse_acp_roster,
     resolve_agent_env,
 )
-from runtime.errors import ConfigError, ToolError
-from runtime.shell.sandbox import SandboxChoice, bwrap_available
-from runtime.testing.anthropic_stream import (
+from coterie.runtime.errors import ConfigError, ToolError
+from coterie.runtime.shell.sandbox import SandboxChoice, bwrap_available
+from coterie.runtime.testing.anthropic_stream import (
     AnthropicStreamServer,
     Reply,
     ToolUse,

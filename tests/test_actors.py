@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import ray
 
-from actors import router_name
 from coterie import Runtime
-from runtime.errors import PersonaConfigError, UnknownPersonaError
-from runtime.messages import MessageEnvelope, ReplyEnvelope
+from coterie.actors import router_name
+from coterie.runtime.errors import PersonaConfigError, UnknownPersonaError
+from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope
 from tests.helpers import scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -211,7 +211,7 @@ def test_scripted_persona_does_not_load_sdks(rt: Runtime) -> None:
 def _serializer_state(actor: Any) -> tuple[bool, list[str]]:
     import sys
 
-    from actors import _lean
+    from coterie.actors import _lean
 
     loaded = [m for m in _lean.SKIPPED_SERIALIZER_MODULES if m in sys.modules]
     return _lean.LEAN_SERIALIZATION, loaded

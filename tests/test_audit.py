@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from runtime.audit import (
+from coterie.runtime.audit import (
     EVENT_COLUMNS,
     AuditBuffer,
     AuditWriter,
@@ -25,8 +25,8 @@ from runtime.audit import (
     event_to_row,
     read_only_query,
 )
-from runtime.errors import AuditQueryError
-from runtime.messages import (
+from coterie.runtime.errors import AuditQueryError
+from coterie.runtime.messages import (
     AssistantMessage,
     ChatMessage,
     EnvelopeEvent,
@@ -45,7 +45,7 @@ from runtime.messages import (
     random_bytes,
     turn_event_adapter,
 )
-from runtime.services import AuditSink
+from coterie.runtime.services import AuditSink
 
 BASE = dict(persona="scribe", conversation_id="c1", turn_id="turn_1")
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import ray
 
-from actors._ray import audit_buffer_for
-from actors.audit import get_or_create_audit_log
-from runtime.audit import AuditLogStats, event_to_row
-from runtime.messages import HistoryAppended, ModelCalled, UserMessage
+from coterie.actors._ray import audit_buffer_for
+from coterie.actors.audit import get_or_create_audit_log
+from coterie.runtime.audit import AuditLogStats, event_to_row
+from coterie.runtime.messages import HistoryAppended, ModelCalled, UserMessage
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from runtime.audit import AuditLog, event_to_row, read_only_query
-from runtime.audit.log import KNOWN_CONVERSATIONS_CAP
-from runtime.errors import AuditOverloadedError, AuditQueryError
-from runtime.messages import HistoryAppended, ModelCalled, UserMessage
+from coterie.runtime.audit import AuditLog, event_to_row, read_only_query
+from coterie.runtime.audit.log import KNOWN_CONVERSATIONS_CAP
+from coterie.runtime.errors import AuditOverloadedError, AuditQueryError
+from coterie.runtime.messages import HistoryAppended, ModelCalled, UserMessage
 
 
 def rows(n: int, *, persona: str = "scribe", conversation_id: str = "c1") -> list[dict[str, Any]]:
@@ -335,7 +335,7 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
 
 
 async def test_conversation_brings_back_the_latest_todo_list(make_log: Any) -> None:
-    from runtime.messages import TodoItem, TodosSet
+    from coterie.runtime.messages import TodoItem, TodosSet
 
     log = make_log(flush_interval=0.02)
 

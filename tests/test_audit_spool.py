@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from runtime.audit import AuditBuffer, AuditWriter, Row
-from runtime.errors import AuditSpoolInUseError
-from runtime.messages import (
+from coterie.runtime.audit import AuditBuffer, AuditWriter, Row
+from coterie.runtime.errors import AuditSpoolInUseError
+from coterie.runtime.messages import (
     AssistantMessage,
     EnvelopeEvent,
     HistoryAppended,
@@ -447,8 +447,8 @@ async def test_spool_is_compacted_during_an_outage(spool: Path) -> None:
 
 CHILD = """
 import asyncio, sys
-from runtime.audit import AuditBuffer
-from runtime.messages import TurnStarted
+from coterie.runtime.audit import AuditBuffer
+from coterie.runtime.messages import TurnStarted
 
 async def never(rows):  # the audit log is unreachable: a send that never returns
     await asyncio.Event().wait()

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from runtime.config import RuntimeSettings, load_persona
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.messages import (
+from coterie.runtime.config import RuntimeSettings, load_persona
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.messages import (
     AssistantMessage,
     ChatMessage,
     ConversationRecord,
@@ -25,13 +25,13 @@ from runtime.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from runtime.models.scripted import FunctionModel, latest_user_text
-from runtime.persona import PersonaRuntime, trim_history
-from runtime.runner import ToolRunner, remove_old_spills, safe_name
-from runtime.shell import LocalProcesses, StartSpec, scrubbed_env
-from runtime.tool import tool
+from coterie.runtime.models.scripted import FunctionModel, latest_user_text
+from coterie.runtime.persona import PersonaRuntime, trim_history
+from coterie.runtime.runner import ToolRunner, remove_old_spills, safe_name
+from coterie.runtime.shell import LocalProcesses, StartSpec, scrubbed_env
+from coterie.runtime.tool import tool
+from coterie.tools import builtin_registry
 from tests.helpers import make_ctx, scripted, write_persona
-from tools import builtin_registry
 
 
 def runtime(

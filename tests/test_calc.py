@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.config import ScriptedModelConfig
-from runtime.messages import ModelRequest, UserMessage
-from runtime.models.scripted import RulesModel, tool_call
-from runtime.runner import ToolRunner
-from runtime.testing import turn_context
-from tools import builtin_registry
-from tools.calc import evaluate, format_number
+from coterie.runtime.config import ScriptedModelConfig
+from coterie.runtime.messages import ModelRequest, UserMessage
+from coterie.runtime.models.scripted import RulesModel, tool_call
+from coterie.runtime.runner import ToolRunner
+from coterie.runtime.testing import turn_context
+from coterie.tools import builtin_registry
+from coterie.tools.calc import evaluate, format_number
 
 
 @pytest.mark.parametrize(

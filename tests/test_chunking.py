@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from runtime.memory.chunking import chunk_spans, chunk_text
+from coterie.runtime.memory.chunking import chunk_spans, chunk_text
 
 
 def _document(seed: int, paragraphs: int = 40) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ray
 
-from actors import NAMESPACE, audit_name, persona_actor_name, router_name, runtime_id
+from coterie.actors import NAMESPACE, audit_name, persona_actor_name, router_name, runtime_id
 from tests.helpers import scripted, write_persona
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,10 +24,10 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from actors import persona_actor_name
 from coterie import Runtime
-from runtime.errors import PlacementError
-from runtime.messages import AssistantMessage
+from coterie.actors import persona_actor_name
+from coterie.runtime.errors import PlacementError
+from coterie.runtime.messages import AssistantMessage
 from tests.helpers import owned_by, ray_actors, scripted, write_persona
 
 pytestmark = pytest.mark.ray

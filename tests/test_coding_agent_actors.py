@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from coterie import Runtime
-from runtime.config import RuntimeSettings
-from runtime.messages import ToolResultMessage, UserMessage
-from runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
+from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.messages import ToolResultMessage, UserMessage
+from coterie.runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
 from tests.helpers import scripted, write_persona
 from tests.test_acp import CLAUDE_ACP, NODE, claude_installed, needs_claude
 

@@ -14,9 +14,9 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.config import load_persona
-from runtime.delegation.coding import LocalCodingAgents
-from runtime.messages import (
+from coterie.runtime.config import load_persona
+from coterie.runtime.delegation.coding import LocalCodingAgents
+from coterie.runtime.messages import (
     AssistantMessage,
     DelegationEvent,
     MessageEnvelope,
@@ -24,14 +24,14 @@ from runtime.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from runtime.models.scripted import FunctionModel, latest_user_text, tool_call
-from runtime.persona import PersonaRuntime
-from runtime.services import NullAudit
-from runtime.shell.sandbox import bwrap_available
-from runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
+from coterie.runtime.models.scripted import FunctionModel, latest_user_text, tool_call
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.services import NullAudit
+from coterie.runtime.shell.sandbox import bwrap_available
+from coterie.runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
+from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
 from tests.test_acp import CLAUDE_ACP, FAKE_AGENT, NODE, claude_installed, needs_claude
-from tools import builtin_registry
 
 __all__ = ["claude_installed"]  # the fixture needs_claude uses
 

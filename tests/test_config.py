@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import (
+from coterie.runtime.config import (
     OpenAIModelConfig,
     install_personas,
     load_persona,
     persona_names,
     resolve_home,
 )
-from runtime.errors import PersonaConfigError, UnknownPersonaError
+from coterie.runtime.errors import PersonaConfigError, UnknownPersonaError
 from tests.helpers import scripted, write_persona
 
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from runtime.audit import AuditBuffer, AuditLog, ConversationLoader, event_to_row
-from runtime.audit.rows import HISTORY_KINDS
-from runtime.errors import CoterieError
-from runtime.messages import (
+from coterie.runtime.audit import AuditBuffer, AuditLog, ConversationLoader, event_to_row
+from coterie.runtime.audit.rows import HISTORY_KINDS
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.messages import (
     ConversationRecord,
     EnvelopeEvent,
     HistoryAppended,

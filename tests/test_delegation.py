@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import ray
 
-from actors import persona_actor_name
 from coterie import Runtime
-from runtime.config import RuntimeSettings
-from runtime.errors import QueueFullError
-from runtime.messages import MessageEnvelope
+from coterie.actors import persona_actor_name
+from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.errors import QueueFullError
+from coterie.runtime.messages import MessageEnvelope
 from tests.helpers import scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")

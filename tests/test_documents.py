@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import ToolError
-from runtime.memory.documents import read_document
+from coterie.runtime.errors import ToolError
+from coterie.runtime.memory.documents import read_document
 
 
 def make_pdf(pages: list[str]) -> bytes:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.tools._edit import edit_text, replace
+from coterie.tools.files import FileEditArgs, file_edit
 from tests.helpers import make_ctx
-from tools._edit import edit_text, replace
-from tools.files import FileEditArgs, file_edit
 
 
 def kind_of(fn: object, *args: object, **kwargs: object) -> str:

@@ -16,18 +16,18 @@ import pytest
 import yaml
 
 from coterie import cli
-from runtime.config import MemorySettings, load_persona
-from runtime.errors import ConfigError
-from runtime.memory import HashingEmbedder, MemoryClient, MemoryServer, MemoryStore
-from runtime.memory import embedders as embedders_module
-from runtime.memory.choice import EmbedderChoice, LazyEmbedder, choose_embedder
-from runtime.memory.embedders import MINILM_NAME, FullTextOnly, NumpyMiniLMEmbedder
-from runtime.memory.server import open_store_with_choice, recorded_embedder
-from runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
-from runtime.models.scripted import ScriptedModel, tool_call
-from runtime.persona import PersonaRuntime
+from coterie.runtime.config import MemorySettings, load_persona
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.memory import HashingEmbedder, MemoryClient, MemoryServer, MemoryStore
+from coterie.runtime.memory import embedders as embedders_module
+from coterie.runtime.memory.choice import EmbedderChoice, LazyEmbedder, choose_embedder
+from coterie.runtime.memory.embedders import MINILM_NAME, FullTextOnly, NumpyMiniLMEmbedder
+from coterie.runtime.memory.server import open_store_with_choice, recorded_embedder
+from coterie.runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
+from coterie.runtime.models.scripted import ScriptedModel, tool_call
+from coterie.runtime.persona import PersonaRuntime
+from coterie.tools import builtin_registry
 from tests.helpers import hashing_embeddings, scripted, serve_embeddings, write_persona
-from tools import builtin_registry
 
 KEY_ENV = "TEST_AUTO_EMBED_KEY"
 

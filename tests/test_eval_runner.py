@@ -15,9 +15,9 @@ import psutil
 import pytest
 import yaml
 
-from runtime.config import MemorySettings, ScriptedModelConfig
-from runtime.errors import ModelHTTPError
-from runtime.eval import (
+from coterie.runtime.config import MemorySettings, ScriptedModelConfig
+from coterie.runtime.errors import ModelHTTPError
+from coterie.runtime.eval import (
     AdaptiveGate,
     EvalRunner,
     LimitedModel,
@@ -31,17 +31,17 @@ from runtime.eval import (
     plan_resume,
     plan_run,
 )
-from runtime.eval.plan import RunPlan
-from runtime.eval.store import EvalStore
-from runtime.memory import MemoryClient, MemoryServer
-from runtime.messages import AssistantMessage, ModelRequest, ModelResponse
-from runtime.models import build_model
-from runtime.models.base import Model
-from runtime.models.scripted import FunctionModel, latest_user_text
-from runtime.services import NullAudit
-from runtime.shell.sandbox import bwrap_available
+from coterie.runtime.eval.plan import RunPlan
+from coterie.runtime.eval.store import EvalStore
+from coterie.runtime.memory import MemoryClient, MemoryServer
+from coterie.runtime.messages import AssistantMessage, ModelRequest, ModelResponse
+from coterie.runtime.models import build_model
+from coterie.runtime.models.base import Model
+from coterie.runtime.models.scripted import FunctionModel, latest_user_text
+from coterie.runtime.services import NullAudit
+from coterie.runtime.shell.sandbox import bwrap_available
+from coterie.tools import builtin_registry
 from tests.helpers import write_persona
-from tools import builtin_registry
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "configs" / "evals"
@@ -469,7 +469,7 @@ async def test_a_model_override_changes_who_answers(home: Path, tmp_path: Path) 
 
 
 def test_bad_overrides_are_refused_naming_them(home: Path, tmp_path: Path) -> None:
-    from runtime.errors import ConfigError
+    from coterie.runtime.errors import ConfigError
 
     store = open_store(home)
     with pytest.raises(ConfigError, match="--model 'gpt4': expected provider:name"):
@@ -494,7 +494,7 @@ async def test_429s_shrink_the_gate_and_successes_grow_it_back() -> None:
 
     model = LimitedModel(FunctionModel(answer), SampleLimits(), gate)
     request = ModelRequest(system="", messages=[])
-    from runtime.eval import limits as limits_module
+    from coterie.runtime.eval import limits as limits_module
 
     limits_module.THROTTLE_BACKOFF_S = 0.001
     response = await model.request(request)

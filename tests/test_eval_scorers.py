@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import CoterieError
-from runtime.eval.scorers import (
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.eval.scorers import (
     DEFAULT_GRADER_INSTRUCTIONS,
     ModelGradedScorer,
     Score,
@@ -22,7 +22,7 @@ from runtime.eval.scorers import (
     parse_number,
     reduce_scores,
 )
-from runtime.eval.task import (
+from coterie.runtime.eval.task import (
     ChoiceSpec,
     DatasetSpec,
     EvalTask,
@@ -237,7 +237,7 @@ async def test_choice() -> None:
 SCORER_MODULE = """\
 import asyncio
 
-from runtime.eval.scorers import Score
+from coterie.runtime.eval.scorers import Score
 
 
 def is_yes(sample, output):

@@ -18,8 +18,8 @@ import duckdb
 import pytest
 from pydantic import ValidationError
 
-from runtime.eval.records import RunRecord, SampleResult, SampleStatus, ScoreValue
-from runtime.eval.stats import (
+from coterie.runtime.eval.records import RunRecord, SampleResult, SampleStatus, ScoreValue
+from coterie.runtime.eval.stats import (
     compare_scores,
     mean_ci,
     paired_diff,
@@ -27,7 +27,7 @@ from runtime.eval.stats import (
     summarize,
     wilson_interval,
 )
-from runtime.eval.store import EvalStore, EvalStoreError, open_store
+from coterie.runtime.eval.store import EvalStore, EvalStoreError, open_store
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 Z = 1.959963984540054

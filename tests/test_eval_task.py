@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.errors import ConfigError
-from runtime.eval.dataset import load_samples
-from runtime.eval.task import (
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.eval.dataset import load_samples
+from coterie.runtime.eval.task import (
     DatasetSpec,
     EvalTask,
     ExactSpec,
@@ -502,7 +502,7 @@ def test_function_dataset_from_a_file(tmp_path: Path) -> None:
     write(
         tmp_path / "rows.py",
         """\
-        from runtime.eval.task import Sample
+        from coterie.runtime.eval.task import Sample
 
         def rows():
             yield {"q": "first", "a": 1, "tag": "x"}

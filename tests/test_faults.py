@@ -26,10 +26,10 @@ import psutil
 import pytest
 import ray
 
-from actors import memory_name, persona_actor_name
 from coterie import Runtime
-from runtime.config import MemorySettings, RuntimeSettings
-from runtime.messages import AssistantMessage, ReplyEnvelope, ToolResultMessage, UserMessage
+from coterie.actors import memory_name, persona_actor_name
+from coterie.runtime.config import MemorySettings, RuntimeSettings
+from coterie.runtime.messages import AssistantMessage, ReplyEnvelope, ToolResultMessage, UserMessage
 from tests.helpers import scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.tool import ToolRegistry, ToolSpec
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import ToolRegistry, ToolSpec
+from coterie.tools import files as F
 from tests.helpers import make_ctx
-from tools import files as F
 
 
 @pytest.fixture(autouse=True)

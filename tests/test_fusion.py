@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from runtime.memory import fusion
-from runtime.memory.fusion import IDENTIFIER_TEXT_WEIGHT, fuse, has_identifier, text_weight
+from coterie.runtime.memory import fusion
+from coterie.runtime.memory.fusion import IDENTIFIER_TEXT_WEIGHT, fuse, has_identifier, text_weight
 
 
 @pytest.mark.parametrize(

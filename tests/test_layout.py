@@ -11,57 +11,121 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import ERROR_KINDS, ToolError
+from coterie.runtime.errors import ERROR_KINDS, ToolError
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The folders of the repository that install as one package each, under the
+#: one import root: runtime/ is coterie.runtime, and so on.
 PACKAGES = ("runtime", "tools", "actors", "coterie")
 
 
+def installed_name(top: str) -> str:
+    return top if top == "coterie" else f"coterie.{top}"
+
+
 def modules() -> dict[str, Path]:
-    """Every module of the import packages, by dotted name."""
+    """Every module of the import packages, by its installed dotted name."""
     found: dict[str, Path] = {}
     for top in PACKAGES:
         for path in sorted((ROOT / top).rglob("*.py")):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            parts = path.relative_to(ROOT / top).with_suffix("").parts
+            name = ".".join((installed_name(top), *parts))
             found[name.removesuffix(".__init__")] = path
     return found
 
 
-def imports_of(path: Path, name: str) -> set[str]:
-    """Dotted names a module imports, anywhere in it (function-level included)."""
+def folder_of(path: Path) -> str:
+    """The repository folder a module's file sits in (runtime, tools, actors, coterie)."""
+    return path.relative_to(ROOT).parts[0]
+
+
+def room(path: Path) -> str:
+    """A module's room: its folder below a top folder (runtime/audit), or the
+    file itself when it sits in a top folder (runtime/config.py)."""
+    rel = path.relative_to(ROOT)
+    if len(rel.parts) > 2:
+        return "/".join(rel.parts[:2])
+    return rel.parts[0] if rel.name == "__init__.py" else str(rel.with_suffix(""))
+
+
+def imported_names(path: Path, name: str) -> list[tuple[str, list[str]]]:
+    """(module, names taken from it) for each import in a module, anywhere in
+    it (function-level included); a plain ``import x`` takes no names."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
+    out: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            out.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            out.add(module)
-            out.update(f"{module}.{alias.name}" for alias in node.names)
+            out.append((module, [alias.name for alias in node.names]))
     return out
+
+
+def imports_of(path: Path, name: str) -> set[str]:
+    """Dotted names a module imports, anywhere in it (function-level included)."""
+    out: set[str] = set()
+    for module, names in imported_names(path, name):
+        out.add(module)
+        out.update(f"{module}.{n}" for n in names)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (anywhere in it).
+
+    ``from package import submodule`` is an edge to the submodule, not to
+    the package's __init__; ``from package import name`` is one to the
+    __init__ (or to the module the name is defined in, when the package is
+    a module)."""
+    mods = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        targets = set()
+        for module, names in imported_names(path, name):
+            wanted = [f"{module}.{n}" for n in names if f"{module}.{n}" in mods]
+            if len(wanted) < len(names) or not names:
+                wanted.append(module)
+            for imported in wanted:
+                while imported and imported not in mods:
+                    imported = imported.rpartition(".")[0]
+                if imported and imported != name:
+                    targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def test_every_import_goes_through_the_one_root() -> None:
+    """`import runtime` would load a second copy of a module (or another
+    distribution's `runtime`): every import of ours is spelled coterie.…"""
+    bare = [
+        f"{name} imports {imported}"
+        for name, path in modules().items()
+        for imported in imports_of(path, name)
+        if imported.split(".")[0] in ("runtime", "tools", "actors")
+    ]
+    assert bare == []
+    for folder in ("tests", "benchmarks"):
+        for path in (ROOT / folder).rglob("*.py"):
+            tops = {n.split(".")[0] for n in imports_of(path, f"{folder}.{path.stem}")}
+            assert not tops & {"runtime", "tools", "actors"}, path
 
 
 def test_layering_has_no_back_edges_or_cycles() -> None:
     mods = modules()
     below = {"runtime": {"tools", "actors", "coterie"}, "tools": {"actors", "coterie"}}
     below["actors"] = {"coterie"}
-    graph: dict[str, set[str]] = {}
-    broken: list[str] = []
-    for name, path in mods.items():
-        targets = set()
-        for imported in imports_of(path, name):
-            top = imported.split(".")[0]
-            if top in below.get(name.split(".")[0], set()):
-                broken.append(f"{name} imports {imported}")
-            while imported and imported not in mods:
-                imported = imported.rpartition(".")[0]
-            if imported and imported != name:
-                targets.add(imported)
-        graph[name] = targets
+    graph = import_graph()
+    broken = [
+        f"{name} imports {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if folder_of(mods[target]) in below.get(folder_of(mods[name]), set())
+    ]
     assert broken == []
     # No import circles between modules (a package's __init__ re-exporting its
     # own modules is not one).
@@ -84,6 +148,60 @@ def test_layering_has_no_back_edges_or_cycles() -> None:
     assert cycles == []
 
 
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.add(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_strongly_connected_finds_a_knot_and_leaves_a_chain() -> None:
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    knot = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert strongly_connected(knot) == [{"a", "b", "c"}]
+
+
+def test_no_import_cycles_between_folders() -> None:
+    """A folder (or a file at the top of runtime/, tools/, actors/, coterie/)
+    is a concept: when two import each other, even through others, one is in
+    the wrong place. A package's __init__ is its folder's room."""
+    mods = modules()
+    rooms: dict[str, set[str]] = {}
+    for name, targets in import_graph().items():
+        mine = room(mods[name])
+        theirs = {room(mods[t]) for t in targets} - {mine}
+        rooms.setdefault(mine, set()).update(theirs)
+    assert strongly_connected(rooms) == []
+
+
 def test_benchmarks_do_not_import_the_tests() -> None:
     for path in (ROOT / "benchmarks").glob("*.py"):
         tops = {name.split(".")[0] for name in imports_of(path, f"benchmarks.{path.stem}")}
@@ -100,10 +218,15 @@ def loaded_by(imports: str, libraries: tuple[str, ...]) -> list[str]:
 
 
 def test_importing_the_core_loads_no_heavy_library() -> None:
-    core = "runtime, runtime.audit, runtime.memory, runtime.shell, runtime.routing, runtime.models"
+    core = ", ".join(
+        f"coterie.runtime{sub}"
+        for sub in ("", ".audit", ".memory", ".shell", ".routing", ".models")
+    )
     heavy = ("ray", "duckdb", "pyarrow", "lancedb", "torch", "sentence_transformers")
     assert (
-        loaded_by(f"{core}, tools, coterie", (*heavy, "openai", "anthropic", "aiohttp", "bs4"))
+        loaded_by(
+            f"{core}, coterie.tools, coterie", (*heavy, "openai", "anthropic", "aiohttp", "bs4")
+        )
         == []
     )
 
@@ -113,14 +236,15 @@ def test_a_persona_process_loads_no_library_before_it_needs_it() -> None:
     starts: the SDKs wait for the first turn, DuckDB and LanceDB stay in their
     actors, and pathspec waits for the first .gitignore a file tool walks."""
     later = ("openai", "anthropic", "mcp", "duckdb", "pyarrow", "lancedb", "torch", "pathspec")
-    assert loaded_by("actors.persona", (*later, "bs4")) == []
+    assert loaded_by("coterie.actors.persona", (*later, "bs4")) == []
 
 
 def test_the_lean_serialization_module_loads_nothing_of_coteries() -> None:
-    """actors._lean runs first in every actor's process (and the benchmarks
-    build floors with it): it must not load coterie's modules before it."""
-    ours = ("runtime", "tools", "coterie", "actors._ray", "actors.persona")
-    assert loaded_by("actors._lean", ours) == []
+    """coterie.actors._lean runs first in every actor's process (and the
+    benchmarks build floors with it): it must not load coterie's modules
+    before it (the coterie and coterie.actors packages' own __init__ aside)."""
+    ours = ("coterie.runtime", "coterie.tools", "coterie.actors._ray", "coterie.actors.persona")
+    assert loaded_by("coterie.actors._lean", ours) == []
 
 
 def test_holding_a_memory_store_handle_loads_no_store() -> None:
@@ -128,13 +252,13 @@ def test_holding_a_memory_store_handle_loads_no_store() -> None:
     actor's class to make one: that must not bring the store, the embedders
     or their choice into every persona's process."""
     store_side = (
-        "runtime.memory.store",
-        "runtime.memory._lance",
-        "runtime.memory.choice",
-        "runtime.memory.embedders",
-        "runtime.memory.chunking",
+        "coterie.runtime.memory.store",
+        "coterie.runtime.memory._lance",
+        "coterie.runtime.memory.choice",
+        "coterie.runtime.memory.embedders",
+        "coterie.runtime.memory.chunking",
     )
-    assert loaded_by("actors.persona, actors.memory", store_side) == []
+    assert loaded_by("coterie.actors.persona, coterie.actors.memory", store_side) == []
 
 
 def test_every_package_is_listed_for_packaging() -> None:
@@ -142,11 +266,12 @@ def test_every_package_is_listed_for_packaging() -> None:
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
     found = {
-        ".".join(init.parent.relative_to(ROOT).parts)
+        ".".join((installed_name(top), *init.parent.relative_to(ROOT / top).parts))
         for top in PACKAGES
         for init in (ROOT / top).rglob("__init__.py")
     }
     assert listed == found | {"coterie.configs"}
+    assert {name.split(".")[0] for name in listed} == {"coterie"}
 
 
 def test_error_kinds_are_one_vocabulary_listed_in_the_readme() -> None:

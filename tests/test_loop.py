@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from runtime.context import Services
-from runtime.errors import ModelError
-from runtime.hub import LocalHub
-from runtime.loop import STEP_LIMIT_NOTE, TurnLoop
-from runtime.messages import (
+from coterie.runtime.context import Services
+from coterie.runtime.errors import ModelError
+from coterie.runtime.hub import LocalHub
+from coterie.runtime.loop import STEP_LIMIT_NOTE, TurnLoop
+from coterie.runtime.messages import (
     AssistantMessage,
     HistoryAppended,
     ModelCalled,
@@ -18,9 +18,9 @@ from runtime.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from runtime.models.scripted import FunctionModel, ScriptedModel, tool_call
+from coterie.runtime.models.scripted import FunctionModel, ScriptedModel, tool_call
+from coterie.tools import builtin_registry
 from tests.helpers import make_ctx
-from tools import builtin_registry
 
 
 def loop_for(model: ScriptedModel | FunctionModel, **kw: int) -> TurnLoop:
@@ -222,7 +222,7 @@ async def test_every_message_is_audited() -> None:
 
 
 async def test_tool_filters_allow_deny_context_and_depth() -> None:
-    from runtime.config import ToolFilter
+    from coterie.runtime.config import ToolFilter
 
     reg = builtin_registry()
     names = lambda ctx: sorted(reg.visible(ctx))  # noqa: E731
@@ -285,7 +285,7 @@ def test_tool_patterns_match_whole_names_like_fnmatchcase(
 ) -> None:
     import fnmatch
 
-    from runtime.tool import matches_any
+    from coterie.runtime.tool import matches_any
 
     assert matches_any(name, patterns) is expected
     assert matches_any(name, iter(patterns)) is expected  # any iterable, any number of times

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import load_persona
-from runtime.errors import PersonaConfigError, ToolError
-from runtime.mcp.config import (
+from coterie.runtime.config import load_persona
+from coterie.runtime.errors import PersonaConfigError, ToolError
+from coterie.runtime.mcp.config import (
     McpConfigError,
     launch_for,
     load_servers,

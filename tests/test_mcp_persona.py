@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from runtime.config import load_persona
-from runtime.errors import ToolError
-from runtime.messages import MessageEnvelope, ToolFinished
-from runtime.models import build_model
-from runtime.persona import PersonaRuntime
-from runtime.services import NullAudit
+from coterie.runtime.config import load_persona
+from coterie.runtime.errors import ToolError
+from coterie.runtime.messages import MessageEnvelope, ToolFinished
+from coterie.runtime.models import build_model
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.services import NullAudit
+from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
 from tests.mcp_fixtures.everything import EVERYTHING, free_port, serve_everything_http, stop
-from tools import builtin_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 MISBEHAVING = ROOT / "tests" / "mcp_fixtures" / "misbehaving_server.py"
@@ -244,7 +244,7 @@ def ray_home(
     tmp_path_factory: pytest.TempPathFactory, ray_session: None
 ) -> Iterator[tuple[Any, Path]]:
     from coterie import Runtime
-    from runtime.config import RuntimeSettings
+    from coterie.runtime.config import RuntimeSettings
 
     home = tmp_path_factory.mktemp("mcp-ray")
     (home / "mcp.json").write_text(
@@ -328,7 +328,7 @@ def test_on_ray_a_persona_server_runs_in_its_own_actor(ray_home: tuple[Any, Path
 
 
 def test_on_ray_a_wrong_mcp_json_is_a_clear_error(ray_home: tuple[Any, Path]) -> None:
-    from runtime.errors import PersonaConfigError
+    from coterie.runtime.errors import PersonaConfigError
 
     rt, home = ray_home
     with pytest.raises(PersonaConfigError) as info:

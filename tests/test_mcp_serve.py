@@ -39,8 +39,8 @@ from mcp.types import CallToolResult, TextContent, Tool
 
 from coterie.client import ServerClient, ServerError, ServerState
 from coterie.mcp_serve import TOKEN_ENV, TOKEN_FILE, BearerAuth, http_auth
-from runtime.audit import read_only_query
-from runtime.errors import CoterieError
+from coterie.runtime.audit import read_only_query
+from coterie.runtime.errors import CoterieError
 from tests.helpers import asker, scripted, write_persona
 from tests.serving import running_server
 

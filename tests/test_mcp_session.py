@@ -27,10 +27,10 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.errors import ToolError
-from runtime.mcp.records import McpCallResult, McpLaunch
-from runtime.mcp.session import McpSession
-from runtime.shell.env import SAFE_PATH
+from coterie.runtime.errors import ToolError
+from coterie.runtime.mcp.records import McpCallResult, McpLaunch
+from coterie.runtime.mcp.session import McpSession
+from coterie.runtime.shell.env import SAFE_PATH
 from tests.mcp_fixtures.everything import EVERYTHING, NODE, free_port, serve_everything_http, stop
 from tests.mcp_fixtures.misbehaving_server import STARTUP_STDERR
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from runtime.config import ToolFilter
-from runtime.context import Services
-from runtime.errors import ToolError
-from runtime.mcp import hub as hub_module
-from runtime.mcp.hub import McpHub
-from runtime.mcp.records import (
+from coterie.runtime.config import ToolFilter
+from coterie.runtime.context import Services
+from coterie.runtime.errors import ToolError
+from coterie.runtime.mcp import hub as hub_module
+from coterie.runtime.mcp.hub import McpHub
+from coterie.runtime.mcp.records import (
     McpCallResult,
     McpContent,
     McpLaunch,
@@ -28,11 +28,11 @@ from runtime.mcp.records import (
     McpServerStatus,
     McpToolInfo,
 )
-from runtime.mcp.source import McpToolSource, render_result, tool_name
-from runtime.messages import ToolCall
-from runtime.runner import ToolRunner
+from coterie.runtime.mcp.source import McpToolSource, render_result, tool_name
+from coterie.runtime.messages import ToolCall
+from coterie.runtime.runner import ToolRunner
+from coterie.tools import builtin_registry
 from tests.helpers import make_ctx, scripted, write_persona
-from tools import builtin_registry
 
 PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode()
 

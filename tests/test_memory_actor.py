@@ -7,12 +7,12 @@ from collections.abc import Iterator
 import pytest
 import ray
 
-from actors import memory_name
-from actors._ray import memory_backend
 from coterie import Runtime
-from runtime.config import MemorySettings, RuntimeSettings
-from runtime.errors import ToolError
-from runtime.memory import MemoryClient, RecallHit
+from coterie.actors import memory_name
+from coterie.actors._ray import memory_backend
+from coterie.runtime.config import MemorySettings, RuntimeSettings
+from coterie.runtime.errors import ToolError
+from coterie.runtime.memory import MemoryClient, RecallHit
 from tests.helpers import scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.memory._minilm import MAX_TOKENS, WordPiece, read_safetensors
-from runtime.memory.embedders import MiniLMEmbedder, NumpyMiniLMEmbedder, local_model_dir
+from coterie.runtime.memory._minilm import MAX_TOKENS, WordPiece, read_safetensors
+from coterie.runtime.memory.embedders import MiniLMEmbedder, NumpyMiniLMEmbedder, local_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.memory import HashingEmbedder, MemoryStore
+from coterie.runtime.memory import HashingEmbedder, MemoryStore
 
 KEYS = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "aws_region": "us-east-1"}
 
@@ -42,7 +42,7 @@ def test_memory_store_on_s3_uri(s3_endpoint: str) -> None:
 
 
 def test_the_embedder_of_a_store_on_s3_is_read_back(s3_endpoint: str) -> None:
-    from runtime.memory.server import recorded_embedder
+    from coterie.runtime.memory.server import recorded_embedder
 
     options = {"aws_endpoint": s3_endpoint, "allow_http": "true", **KEYS}
     uri = "s3://coterie/recorded"

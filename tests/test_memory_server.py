@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import MemorySettings
-from runtime.errors import ConfigError, ToolError
-from runtime.memory import (
+from coterie.runtime.config import MemorySettings
+from coterie.runtime.errors import ConfigError, ToolError
+from coterie.runtime.memory import (
     Embedder,
     HashingEmbedder,
     LazyEmbedder,

@@ -13,8 +13,14 @@ import lancedb
 import pytest
 from aiohttp import web
 
-from runtime.errors import ConfigError, MissingAPIKeyError, ModelHTTPError, ToolError
-from runtime.memory import HashingEmbedder, MemoryInput, MemoryStore, OpenAIEmbedder, build_embedder
+from coterie.runtime.errors import ConfigError, MissingAPIKeyError, ModelHTTPError, ToolError
+from coterie.runtime.memory import (
+    HashingEmbedder,
+    MemoryInput,
+    MemoryStore,
+    OpenAIEmbedder,
+    build_embedder,
+)
 from tests.helpers import hashing_embeddings, serve_embeddings
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import load_persona
-from runtime.memory import HashingEmbedder, MemoryClient, MemoryServer, MemoryStore
-from runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
-from runtime.models.scripted import ScriptedModel, tool_call
-from runtime.persona import PersonaRuntime
+from coterie.runtime.config import load_persona
+from coterie.runtime.memory import HashingEmbedder, MemoryClient, MemoryServer, MemoryStore
+from coterie.runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
+from coterie.runtime.models.scripted import ScriptedModel, tool_call
+from coterie.runtime.persona import PersonaRuntime
+from coterie.tools import builtin_registry
 from tests.helpers import make_ctx, scripted, write_persona
-from tools import builtin_registry
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ async def test_memory_tools_hidden_without_a_store() -> None:
 async def test_documents_are_read_off_the_event_loop(
     tmp_path: Path, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runtime.memory import documents
+    from coterie.runtime.memory import documents
 
     loop_thread = threading.get_ident()
     readers: list[int] = []

@@ -13,12 +13,12 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from runtime.config import NetworkSettings, RuntimeSettings, WebSettings
-from runtime.errors import ToolError
+from coterie.runtime.config import NetworkSettings, RuntimeSettings, WebSettings
+from coterie.runtime.errors import ToolError
+from coterie.tools._netpolicy import NetworkPolicy, parse_ip
+from coterie.tools._web import PolicyResolver
+from coterie.tools.web import WebFetchArgs, network_policy, web_fetch
 from tests.helpers import make_ctx
-from tools._netpolicy import NetworkPolicy, parse_ip
-from tools._web import PolicyResolver
-from tools.web import WebFetchArgs, network_policy, web_fetch
 
 # ---------------------------------------------------------------- the policy (no network)
 

@@ -1,8 +1,9 @@
-"""A non-editable install carries everything the demo needs.
+"""The wheel installs one package, ``coterie``, carrying everything the demo needs.
 
-The project is installed with pip (not editable) into a directory of its own
-and ``coterie demo`` is run from another directory, so nothing can come from
-the source tree: the bundled personas must ship inside the package.
+The project is built into a wheel, installed with pip (not editable) into a
+directory of its own, and ``coterie demo`` is run from another directory, so
+nothing can come from the source tree: the bundled personas must ship inside
+the package, and runtime/, actors/ and tools/ must install under ``coterie``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "runtime", "actors", "tools", "coterie", "configs")
 
 
+def pip(*args: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built from a copy of its sources."""
     src = tmp_path_factory.mktemp("src")
     for name in SOURCES:
         path = ROOT / name
@@ -28,19 +38,36 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, src / name)
+    out = tmp_path_factory.mktemp("wheelhouse")
+    pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(src))
+    [built] = out.glob("coterie-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            *("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"),
-            *("--target", str(target), str(src)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pip("install", "--quiet", "--no-deps", "--target", str(target), str(wheel))
     return target
+
+
+def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        [top_level] = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+        assert archive.read(top_level).decode().split() == ["coterie"]
+    tops = {name.split("/")[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"coterie"}
+    for folder in ("runtime", "actors", "tools", "configs"):
+        assert f"coterie/{folder}/__init__.py" in names
+    assert "coterie/runtime/serve/static/index.html" in names
+
+
+def test_the_installed_tree_has_no_generic_top_level_name(installed: Path) -> None:
+    assert {p.name for p in installed.iterdir() if not p.name.endswith(".dist-info")} <= {
+        "coterie",
+        "bin",
+    }
 
 
 def run(target: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -56,8 +83,8 @@ def test_the_installed_package_holds_the_demo_personas(installed: Path, tmp_path
         installed,
         tmp_path,
         "-c",
-        "import coterie, runtime; from coterie.demo import BUNDLED_PERSONAS as b; "
-        "print(coterie.__file__); print(runtime.__file__); "
+        "import coterie, coterie.runtime; from coterie.demo import BUNDLED_PERSONAS as b; "
+        "print(coterie.__file__); print(coterie.runtime.__file__); "
         "print(b); print(sorted(p.name for p in b.iterdir()))",
     )
     assert proc.returncode == 0, proc.stderr

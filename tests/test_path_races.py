@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.testing import turn_context
-from runtime.tool import ToolSpec
-from tools import _fs
-from tools import files as F
-from tools._paths import locate
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.testing import turn_context
+from coterie.runtime.tool import ToolSpec
+from coterie.tools import _fs
+from coterie.tools import files as F
+from coterie.tools._paths import locate
 
 SECRET = "SECRET-7f3a9c"
 RACE_CALLS = 200

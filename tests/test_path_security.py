@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.tool import ToolSpec
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import ToolSpec
+from coterie.tools import files as F
+from coterie.tools._paths import Target, resolve_path, workspace_path
 from tests.helpers import make_ctx
-from tools import files as F
-from tools._paths import Target, resolve_path, workspace_path
 
 # The real writer, taken before any test wraps it.
 _REAL_WRITE = F._atomic_write

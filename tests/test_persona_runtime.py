@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import OpenAIModelConfig, load_persona
-from runtime.errors import ActorLostError, MissingAPIKeyError, PersonaPassivatedError
-from runtime.messages import (
+from coterie.runtime.config import OpenAIModelConfig, load_persona
+from coterie.runtime.errors import ActorLostError, MissingAPIKeyError, PersonaPassivatedError
+from coterie.runtime.messages import (
     AssistantMessage,
     ConversationRecord,
     HistoryAppended,
@@ -20,13 +20,13 @@ from runtime.messages import (
     TurnEnded,
     UserMessage,
 )
-from runtime.models.openai_chat import OpenAIChatModel
-from runtime.models.scripted import FunctionModel, latest_user_text
-from runtime.persona import PersonaRuntime
-from runtime.services import NullAudit
-from runtime.testing import FakeOpenAIServer
+from coterie.runtime.models.openai_chat import OpenAIChatModel
+from coterie.runtime.models.scripted import FunctionModel, latest_user_text
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.services import NullAudit
+from coterie.runtime.testing import FakeOpenAIServer
+from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
-from tools import builtin_registry
 
 
 def make_runtime(
@@ -278,7 +278,7 @@ async def test_a_rebuilt_conversation_gets_its_todo_list_back(tmp_path: Path) ->
 
 
 async def test_calls_cut_off_by_a_crash_get_a_result_after_the_rebuild(tmp_path: Path) -> None:
-    from runtime.messages import ToolCall, ToolResultMessage
+    from coterie.runtime.messages import ToolCall, ToolResultMessage
 
     calls = [ToolCall(id="c1", name="clock"), ToolCall(id="c2", name="shell_exec")]
 
@@ -307,8 +307,8 @@ async def test_calls_cut_off_by_a_crash_get_a_result_after_the_rebuild(tmp_path:
 
 
 def test_unanswered_calls_only_looks_at_the_last_assistant_message() -> None:
-    from runtime.messages import ToolCall, ToolResultMessage
-    from runtime.persona import unanswered_calls
+    from coterie.runtime.messages import ToolCall, ToolResultMessage
+    from coterie.runtime.persona import unanswered_calls
 
     done = AssistantMessage(tool_calls=[ToolCall(id="a", name="clock")])
     result = ToolResultMessage(call_id="a", name="clock", content="x")

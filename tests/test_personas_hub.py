@@ -9,20 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import RuntimeSettings, load_persona
-from runtime.errors import QueueFullError
-from runtime.hub import LocalHub
-from runtime.messages import (
+from coterie.runtime.config import RuntimeSettings, load_persona
+from coterie.runtime.errors import QueueFullError
+from coterie.runtime.hub import LocalHub
+from coterie.runtime.messages import (
     AssistantMessage,
     MessageEnvelope,
     ModelRequest,
     ToolResultMessage,
     UserMessage,
 )
-from runtime.models.scripted import FunctionModel, ScriptedModel, latest_user_text, tool_call
-from runtime.persona import PersonaRuntime
+from coterie.runtime.models.scripted import (
+    FunctionModel,
+    ScriptedModel,
+    latest_user_text,
+    tool_call,
+)
+from coterie.runtime.persona import PersonaRuntime
+from coterie.tools import builtin_registry
 from tests.helpers import make_ctx, scripted, write_persona
-from tools import builtin_registry
 
 Model = FunctionModel | ScriptedModel
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from runtime.config import Placement, RuntimeSettings, load_persona_dir, load_settings
-from runtime.errors import ActorLostError, ConfigError, DeliveryError, PersonaConfigError
-from runtime.messages import MessageEnvelope
-from runtime.routing import Directory
-from runtime.routing.placement import (
+from coterie.runtime.config import Placement, RuntimeSettings, load_persona_dir, load_settings
+from coterie.runtime.errors import ActorLostError, ConfigError, DeliveryError, PersonaConfigError
+from coterie.runtime.messages import MessageEnvelope
+from coterie.runtime.routing import Directory
+from coterie.runtime.routing.placement import (
     DESCRIBED_NODES,
     PlacementError,
     check_placement,

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from runtime.errors import ToolError
-from runtime.shell import (
+from coterie.runtime.errors import ToolError
+from coterie.runtime.shell import (
     ProcessOutput,
     ProcessStatus,
     ProcessTable,

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.errors import ToolError
-from runtime.shell import (
+from coterie.runtime.errors import ToolError
+from coterie.runtime.shell import (
     SAFE_PATH,
     LocalProcesses,
     OutputBuffer,

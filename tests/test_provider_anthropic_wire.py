@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from runtime.config import AnthropicModelConfig
-from runtime.errors import MissingAPIKeyError, ModelHTTPError, ModelTimeoutError
-from runtime.messages import (
+from coterie.runtime.config import AnthropicModelConfig
+from coterie.runtime.errors import MissingAPIKeyError, ModelHTTPError, ModelTimeoutError
+from coterie.runtime.messages import (
     AssistantMessage,
     ModelRequest,
     ThinkingBlock,
@@ -20,8 +20,8 @@ from runtime.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from runtime.models.anthropic_messages import AnthropicModel
-from runtime.testing import FakeAnthropicServer
+from coterie.runtime.models.anthropic_messages import AnthropicModel
+from coterie.runtime.testing import FakeAnthropicServer
 
 KEY = "sk-ant-test"
 LOOKUP = ToolDefinition(

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from runtime.config import OpenAIModelConfig
-from runtime.errors import MissingAPIKeyError, ModelHTTPError, ModelTimeoutError
-from runtime.messages import (
+from coterie.runtime.config import OpenAIModelConfig
+from coterie.runtime.errors import MissingAPIKeyError, ModelHTTPError, ModelTimeoutError
+from coterie.runtime.messages import (
     AssistantMessage,
     ModelRequest,
     ToolCall,
@@ -22,9 +22,9 @@ from runtime.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from runtime.models import _retry
-from runtime.models.openai_chat import OpenAIChatModel, ToolsWire
-from runtime.testing import FakeOpenAIServer
+from coterie.runtime.models import _retry
+from coterie.runtime.models.openai_chat import OpenAIChatModel, ToolsWire
+from coterie.runtime.testing import FakeOpenAIServer
 
 KEY = "sk-test-openai"
 WEATHER = ToolDefinition(

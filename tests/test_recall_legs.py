@@ -19,9 +19,16 @@ from typing import Any
 
 import pytest
 
-from runtime.memory import HashingEmbedder, MemoryInput, MemoryStore, RecallHit, _lance, fusion
-from runtime.memory import store as store_module
-from runtime.memory.store import CANDIDATES, _text_leg_can_reorder
+from coterie.runtime.memory import (
+    HashingEmbedder,
+    MemoryInput,
+    MemoryStore,
+    RecallHit,
+    _lance,
+    fusion,
+)
+from coterie.runtime.memory import store as store_module
+from coterie.runtime.memory.store import CANDIDATES, _text_leg_can_reorder
 
 WORDS = [
     "apple", "river", "stone", "cloud", "garden", "violin", "harbor", "lantern", "meadow",

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.memory import Embedder, MemoryStore
-from runtime.memory import store as store_module
-from runtime.testing import recall_eval, recall_sets
-from runtime.testing.recall_sets import EXACT, MIXED, PARAPHRASE, Metrics, RecallSet
+from coterie.runtime.memory import Embedder, MemoryStore
+from coterie.runtime.memory import store as store_module
+from coterie.runtime.testing import recall_eval, recall_sets
+from coterie.runtime.testing.recall_sets import EXACT, MIXED, PARAPHRASE, Metrics, RecallSet
 
 #: How far below the better leg hybrid may fall, per set and metric.
 TOLERANCE = 0.02
@@ -28,7 +28,7 @@ METRICS = ("recall@1", "recall@3", "recall@5", "MRR")
 
 @pytest.fixture(scope="module")
 def minilm() -> Embedder:
-    from runtime.memory import MiniLMEmbedder
+    from coterie.runtime.memory import MiniLMEmbedder
 
     return MiniLMEmbedder()
 
@@ -229,7 +229,7 @@ def test_recall_set_rejects_unknown_keys() -> None:
 
 def test_evaluate_returns_metrics_per_mode(tmp_path: Path) -> None:
     # The plumbing only: the hashing embedder keeps this instant.
-    from runtime.memory import HashingEmbedder
+    from coterie.runtime.memory import HashingEmbedder
 
     factory: Callable[[], MemoryStore] = lambda: MemoryStore(  # noqa: E731
         str(tmp_path / "db"), HashingEmbedder()

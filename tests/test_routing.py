@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 import pytest
 
-from runtime.config import RuntimeSettings, load_settings
-from runtime.errors import (
+from coterie.runtime.config import RuntimeSettings, load_settings
+from coterie.runtime.errors import (
     ActorLostError,
     ConfigError,
     DeliveryError,
@@ -19,8 +19,8 @@ from runtime.errors import (
     PersonaPassivatedError,
     UnknownPersonaError,
 )
-from runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope, TurnStarted
-from runtime.routing import Directory, IdleWatcher, Roster, Router, retry_transient
+from coterie.runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope, TurnStarted
+from coterie.runtime.routing import Directory, IdleWatcher, Roster, Router, retry_transient
 from tests.helpers import scripted, write_persona
 
 
@@ -167,7 +167,7 @@ def test_roster_skips_broken_personas_and_forgets_removed_ones(home: Path) -> No
 def test_roster_reads_only_new_or_changed_files_after_a_refresh(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runtime.routing.roster as roster_module
+    import coterie.runtime.routing.roster as roster_module
 
     roster = Roster(home)
     assert roster.entries() == [("ana", "ana's job"), ("bo", "bo's job")]
@@ -209,7 +209,7 @@ def test_a_refresh_during_a_read_does_not_put_a_description_in_another_row(
 ) -> None:
     import os
 
-    import runtime.routing.roster as roster_module
+    import coterie.runtime.routing.roster as roster_module
 
     roster = Roster(home)
     # Same mtime for both files: a misplaced row would pass the freshness check.

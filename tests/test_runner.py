@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.messages import ToolCall, ToolCalled, ToolFinished
-from runtime.runner import ToolRunner, cap_output
-from runtime.tool import ToolSpec, tool
+from coterie.runtime.context import TurnContext
+from coterie.runtime.messages import ToolCall, ToolCalled, ToolFinished
+from coterie.runtime.runner import ToolRunner, cap_output
+from coterie.runtime.tool import ToolSpec, tool
 from tests.helpers import make_ctx
 
 
@@ -257,7 +257,7 @@ async def test_runner_failure_is_contained(monkeypatch: pytest.MonkeyPatch) -> N
     def broken(value: object) -> str:
         raise RuntimeError("serializer exploded")
 
-    monkeypatch.setattr("runtime.runner.to_text", broken)
+    monkeypatch.setattr("coterie.runtime.runner.to_text", broken)
     [o] = await ToolRunner().run_calls([call("echo", {"text": "x"})], make_ctx(), TOOLS)
     assert o.error_kind == "runner_exception"
     assert "serializer exploded" in o.content

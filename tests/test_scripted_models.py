@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.config import ScriptedModelConfig
-from runtime.errors import MissingAPIKeyError, ModelTimeoutError
-from runtime.messages import (
+from coterie.runtime.config import ScriptedModelConfig
+from coterie.runtime.errors import MissingAPIKeyError, ModelTimeoutError
+from coterie.runtime.messages import (
     AssistantMessage,
     ModelRequest,
     ToolChoiceNamed,
@@ -16,13 +16,13 @@ from runtime.messages import (
     TurnContextKind,
     UserMessage,
 )
-from runtime.models import (
+from coterie.runtime.models import (
     RulesModel,
     UnavailableModel,
     build_model,
     build_model_or_unavailable,
 )
-from runtime.models.openai_chat import OpenAIChatModel
+from coterie.runtime.models.openai_chat import OpenAIChatModel
 
 
 def rules(*rules: dict[str, object], **config: object) -> RulesModel:
@@ -124,7 +124,7 @@ def test_scripted_config_refuses_what_it_would_ignore() -> None:
 async def test_unbuildable_model_fails_each_request_with_the_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runtime.config import OpenAIModelConfig
+    from coterie.runtime.config import OpenAIModelConfig
 
     monkeypatch.delenv("NO_SUCH_TEST_KEY", raising=False)
     config = OpenAIModelConfig(provider="openai", name="gpt-x", api_key_env="NO_SUCH_TEST_KEY")

@@ -19,14 +19,19 @@ from typing import Any
 
 import pytest
 
-from runtime.config import RuntimeSettings, load_persona
-from runtime.messages import AssistantMessage, MessageEnvelope, ToolFinished, ToolResultMessage
-from runtime.models.scripted import ScriptedModel, tool_call
-from runtime.persona import PersonaRuntime
-from runtime.services import NullAudit
-from runtime.shell import LocalProcesses, bwrap_available, secrets_to_hide
+from coterie.runtime.config import RuntimeSettings, load_persona
+from coterie.runtime.messages import (
+    AssistantMessage,
+    MessageEnvelope,
+    ToolFinished,
+    ToolResultMessage,
+)
+from coterie.runtime.models.scripted import ScriptedModel, tool_call
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.services import NullAudit
+from coterie.runtime.shell import LocalProcesses, bwrap_available, secrets_to_hide
+from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
-from tools import builtin_registry
 
 TOKEN = "hunter2-token-value"
 KEY = "sk-provider-key-4242"
@@ -134,11 +139,11 @@ RUNTIME_WITH_A_KEY = r"""
 import asyncio, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from runtime.config import RuntimeSettings
-from runtime.messages import MessageEnvelope
-from runtime.shell import LocalProcesses
+from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.messages import MessageEnvelope
+from coterie.runtime.shell import LocalProcesses
 from tests.test_secrets import go, persona, results
-from runtime.models.scripted import tool_call
+from coterie.runtime.models.scripted import tool_call
 
 async def main():
     peek = (

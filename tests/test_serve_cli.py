@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from coterie.client import ServerClient, find_server, read_state
-from runtime.audit import read_only_query
+from coterie.runtime.audit import read_only_query
 from tests.helpers import asker, scripted, write_persona
 from tests.test_cli import ROOT, coterie
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from runtime.config import ServeSettings
-from runtime.serve.app import build_app, set_backend, set_starting_error
-from runtime.serve.http import TokenBucket
+from coterie.runtime.config import ServeSettings
+from coterie.runtime.serve.app import build_app, set_backend, set_starting_error
+from coterie.runtime.serve.http import TokenBucket
 
 TOKEN = "t" * 32
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from coterie.client import ServerClient, ServerState
-from runtime.testing.telegram_server import TelegramStandIn
+from coterie.runtime.testing.telegram_server import TelegramStandIn
 from tests.helpers import scripted, write_persona
 from tests.serving import running_server
 
@@ -159,8 +159,8 @@ def test_send_message_reaches_another_chat(server: ServerState, stand_in: StandI
 
 
 def test_without_its_token_the_connector_is_off(tmp_path: Path) -> None:
+    from coterie.runtime.config import load_settings
     from coterie.serve import chat_app_connectors
-    from runtime.config import load_settings
 
     write_home(tmp_path, "http://127.0.0.1:9")
     saved = os.environ.pop("TELEGRAM_BOT_TOKEN", None)

@@ -14,13 +14,13 @@ import pytest
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.shell import ShellProcesses
-from runtime.config import RuntimeSettings
-from runtime.context import Services, TurnContext
-from runtime.errors import ToolError
+from coterie.actors.shell import ShellProcesses
+from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.context import Services, TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.tools.shell import ProcessArgs, ShellExecArgs, process, shell_exec
+from coterie.tools.tasks import TaskHandleArgs, task_cancel
 from tests.helpers import make_ctx
-from tools.shell import ProcessArgs, ShellExecArgs, process, shell_exec
-from tools.tasks import TaskHandleArgs, task_cancel
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -177,7 +177,7 @@ class _Owner:
         self.svc = ShellProcesses(bwrap=None)
 
     async def run(self, cwd: str) -> tuple[int, int]:
-        from runtime.shell import StartSpec, scrubbed_env
+        from coterie.runtime.shell import StartSpec, scrubbed_env
 
         spec = StartSpec("sleep 30", ["/bin/sh", "-c", "sleep 30"], cwd, scrubbed_env(home=cwd))
         pid = await self.svc.start(spec)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from coterie import Runtime
-from runtime.config import RuntimeSettings
+from coterie.runtime.config import RuntimeSettings
 from tests.helpers import scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -13,15 +13,15 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.config import RuntimeSettings
-from runtime.context import Services, TurnContext
-from runtime.errors import ToolError
-from runtime.messages import MessageEnvelope
-from runtime.shell import SAFE_PATH, LocalProcesses, bwrap_available
-from runtime.tool import ToolRegistry
+from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.context import Services, TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.messages import MessageEnvelope
+from coterie.runtime.shell import SAFE_PATH, LocalProcesses, bwrap_available
+from coterie.runtime.tool import ToolRegistry
+from coterie.tools.shell import SHELL_TOOLS, ProcessArgs, ShellExecArgs, process, shell_exec
+from coterie.tools.tasks import TASK_TOOLS, TaskHandleArgs, task_cancel, task_status
 from tests.helpers import make_ctx
-from tools.shell import SHELL_TOOLS, ProcessArgs, ShellExecArgs, process, shell_exec
-from tools.tasks import TASK_TOOLS, TaskHandleArgs, task_cancel, task_status
 
 NAMES = {"shell_exec", "process", "task_status", "task_cancel"}
 
@@ -302,7 +302,7 @@ async def test_sandboxed_shell_network_follows_the_persona_setting(tmp_path: Pat
     import shlex
     import socket
 
-    from runtime.config import NetworkSettings
+    from coterie.runtime.config import NetworkSettings
 
     svc = LocalProcesses()
     try:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from runtime.config import AnthropicModelConfig, OpenAIModelConfig, ScriptedModelConfig
-from runtime.errors import ModelError, ModelHTTPError, ModelTimeoutError
-from runtime.messages import (
+from coterie.runtime.config import AnthropicModelConfig, OpenAIModelConfig, ScriptedModelConfig
+from coterie.runtime.errors import ModelError, ModelHTTPError, ModelTimeoutError
+from coterie.runtime.messages import (
     AssistantMessage,
     ModelRequest,
     ModelResponse,
@@ -26,16 +26,16 @@ from runtime.messages import (
     ToolDefinition,
     UserMessage,
 )
-from runtime.models import (
+from coterie.runtime.models import (
     FunctionModel,
     RulesModel,
     ScriptedModel,
     StreamingModel,
     UnavailableModel,
 )
-from runtime.models.anthropic_messages import AnthropicModel
-from runtime.models.openai_chat import OpenAIChatModel
-from runtime.testing import FakeAnthropicServer, FakeOpenAIServer
+from coterie.runtime.models.anthropic_messages import AnthropicModel
+from coterie.runtime.models.openai_chat import OpenAIChatModel
+from coterie.runtime.testing import FakeAnthropicServer, FakeOpenAIServer
 
 LOOKUP = ToolDefinition(
     name="lookup",

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from runtime.config import load_persona
-from runtime.connectors import ConnectorInfo, OutboundMessage
-from runtime.connectors.mailbox import cli_connector, web_connector
-from runtime.connectors.outbox import Outbox
-from runtime.errors import ConnectorError, UnknownConnectorError
-from runtime.messages import (
+from coterie.runtime.config import load_persona
+from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
+from coterie.runtime.connectors.mailbox import cli_connector, web_connector
+from coterie.runtime.connectors.outbox import Outbox
+from coterie.runtime.errors import ConnectorError, UnknownConnectorError
+from coterie.runtime.messages import (
     AssistantMessage,
     ConversationRecord,
     MessageEnvelope,
@@ -33,11 +33,16 @@ from runtime.messages import (
     TurnStarted,
     UserMessage,
 )
-from runtime.models.scripted import FunctionModel, ScriptedModel, latest_user_text, tool_call
-from runtime.persona import PersonaRuntime
-from runtime.services import NullAudit
+from coterie.runtime.models.scripted import (
+    FunctionModel,
+    ScriptedModel,
+    latest_user_text,
+    tool_call,
+)
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.services import NullAudit
+from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
-from tools import builtin_registry
 
 
 class Deliveries:

@@ -15,10 +15,10 @@ import psutil
 import pytest
 import ray
 
-from actors import persona_actor_name
 from coterie import Runtime
-from runtime.config import RuntimeSettings
-from runtime.messages import AssistantMessage, ToolResultMessage, UserMessage
+from coterie.actors import persona_actor_name
+from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.messages import AssistantMessage, ToolResultMessage, UserMessage
 from tests.helpers import owned_by, ray_actors, scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from runtime.config import ModelConfig, load_persona
-from runtime.delegation import LocalSubagents, WorkOutcome, render_wake
-from runtime.delegation.work import WAKE_RESULT_CAP, Delegations, cut_report
-from runtime.messages import (
+from coterie.runtime.config import ModelConfig, load_persona
+from coterie.runtime.delegation import LocalSubagents, WorkOutcome, render_wake
+from coterie.runtime.delegation.work import WAKE_RESULT_CAP, Delegations, cut_report
+from coterie.runtime.messages import (
     AssistantMessage,
     DelegationEvent,
     HistoryAppended,
@@ -26,18 +26,18 @@ from runtime.messages import (
     TurnEnded,
     UserMessage,
 )
-from runtime.models import build_model
-from runtime.models.base import Model
-from runtime.models.scripted import FunctionModel, latest_user_text, tool_call
-from runtime.persona import PersonaRuntime
-from runtime.runner import ToolRunner
-from runtime.services import NullAudit
-from runtime.shell import LocalProcesses
-from runtime.tool import ToolRegistry
+from coterie.runtime.models import build_model
+from coterie.runtime.models.base import Model
+from coterie.runtime.models.scripted import FunctionModel, latest_user_text, tool_call
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.runner import ToolRunner
+from coterie.runtime.services import NullAudit
+from coterie.runtime.shell import LocalProcesses
+from coterie.runtime.tool import ToolRegistry
+from coterie.tools import builtin_registry
+from coterie.tools.control import DRAFT_ROUNDS, draft
+from coterie.tools.tasks import TaskHandleArgs, task_cancel, task_status
 from tests.helpers import make_ctx, scripted, write_persona
-from tools import builtin_registry
-from tools.control import DRAFT_ROUNDS, draft
-from tools.tasks import TaskHandleArgs, task_cancel, task_status
 
 CONV = "boss:test"
 
@@ -332,7 +332,7 @@ async def test_named_subagent_models_and_the_running_cap(tmp_path: Path) -> None
 
 
 async def test_timeout_crash_and_model_error_are_reported_in_the_wake(tmp_path: Path) -> None:
-    from runtime.errors import ModelHTTPError
+    from coterie.runtime.errors import ModelHTTPError
 
     async def sub(request: ModelRequest) -> str:
         task = latest_user_text(request)
@@ -403,7 +403,7 @@ async def test_task_status_and_task_cancel_on_sub_handles(tmp_path: Path) -> Non
     done = await task_status.fn(TaskHandleArgs(handle=handle), ctx)
     assert done["status"] == "cancelled"
     # Bad handles: unknown, finished, not a handle at all.
-    from runtime.errors import ToolError
+    from coterie.runtime.errors import ToolError
 
     with pytest.raises(ToolError, match="no delegated task with handle 'sub_nope'"):
         await task_status.fn(TaskHandleArgs(handle="sub_nope"), ctx)
@@ -491,7 +491,7 @@ async def test_render_wake_of_one() -> None:
 
 
 def test_draft_is_opt_in_by_name() -> None:
-    from runtime.config import ToolFilter
+    from coterie.runtime.config import ToolFilter
 
     registry = ToolRegistry([draft])
     assert registry.visible(make_ctx()) == {}
@@ -500,7 +500,7 @@ def test_draft_is_opt_in_by_name() -> None:
 
 
 async def test_draft_returns_a_checklist_then_soft_lands() -> None:
-    from runtime.config import ToolFilter
+    from coterie.runtime.config import ToolFilter
 
     ctx = make_ctx(tool_filter=ToolFilter(allow=["draft"]))
     tools = ToolRegistry([draft]).visible(ctx)
@@ -557,8 +557,8 @@ def started_event(handle: str, conv: str, turn: str, task: str) -> DelegationEve
 
 
 def test_unfinished_delegations_come_from_the_log(tmp_path: Path) -> None:
-    from runtime.audit.rows import event_to_row
-    from runtime.audit.writer import AuditWriter
+    from coterie.runtime.audit.rows import event_to_row
+    from coterie.runtime.audit.writer import AuditWriter
 
     a, b, done = (
         started_event("sub_a", CONV, "turn_1", "a"),
@@ -603,8 +603,8 @@ def test_recover_reports_lost_work_once_per_batch() -> None:
 
 
 async def test_a_restarted_persona_wakes_on_work_its_predecessor_lost(tmp_path: Path) -> None:
-    from runtime.audit.rows import event_to_row
-    from runtime.audit.writer import AuditWriter
+    from coterie.runtime.audit.rows import event_to_row
+    from coterie.runtime.audit.writer import AuditWriter
 
     slow = {"provider": "scripted", "name": "slow", "latency_ms": 600_000, "timeout": 900}
     config = scripted(

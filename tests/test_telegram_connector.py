@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from runtime.connectors.base import Connector, InboundMessage, OutboundMessage
-from runtime.connectors.telegram import (
+from coterie.runtime.connectors.base import Connector, InboundMessage, OutboundMessage
+from coterie.runtime.connectors.telegram import (
     MAX_MESSAGE_LEN,
     TelegramConnector,
     TelegramSettings,
     split_text,
     telegram_from_env,
 )
-from runtime.errors import ConnectorError
-from runtime.testing.telegram_server import TelegramStandIn
+from coterie.runtime.errors import ConnectorError
+from coterie.runtime.testing.telegram_server import TelegramStandIn
 
 TOKEN = "424242:AAE-stand-in-s3cret-token-value"
 SECRET = TOKEN.split(":", 1)[1]

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.tool import tool
-from tools import builtin_registry
+from coterie.runtime.context import TurnContext
+from coterie.runtime.tool import tool
+from coterie.tools import builtin_registry
 
 
 class Entry(BaseModel):

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from runtime.config import NetworkSettings, RuntimeSettings, WebSettings
-from runtime.errors import ToolError
-from runtime.tool import ToolRegistry
+from coterie.runtime.config import NetworkSettings, RuntimeSettings, WebSettings
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import ToolRegistry
+from coterie.tools import _web as webmod
+from coterie.tools.web import WEB_TOOLS, WebFetchArgs, WebSearchArgs, web_fetch, web_search
 from tests.helpers import make_ctx
-from tools import _web as webmod
-from tools.web import WEB_TOOLS, WebFetchArgs, WebSearchArgs, web_fetch, web_search
 
 PAGE = """<!doctype html>
 <html><head><title>The Test Page</title>

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import runtime.yaml_load as yaml_load
-from runtime.routing.roster import _read
-from runtime.yaml_load import SAFE_LOADER, load_yaml
+import coterie.runtime.yaml_load as yaml_load
+from coterie.runtime.routing.roster import _read
+from coterie.runtime.yaml_load import SAFE_LOADER, load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from runtime.tool import ToolRegistry
-from tools.calc import CALC_TOOLS
-from tools.connectors import CONNECTOR_TOOLS
-from tools.control import CONTROL_TOOLS
-from tools.delegation import DELEGATION_TOOLS
-from tools.files import FILE_TOOLS
-from tools.mcp import MCP_TOOLS
-from tools.memory import MEMORY_TOOLS
-from tools.personas import PERSONA_TOOLS
-from tools.shell import SHELL_TOOLS
-from tools.tasks import TASK_TOOLS
-from tools.web import WEB_TOOLS
+from coterie.runtime.tool import ToolRegistry
+from coterie.tools.calc import CALC_TOOLS
+from coterie.tools.connectors import CONNECTOR_TOOLS
+from coterie.tools.control import CONTROL_TOOLS
+from coterie.tools.delegation import DELEGATION_TOOLS
+from coterie.tools.files import FILE_TOOLS
+from coterie.tools.mcp import MCP_TOOLS
+from coterie.tools.memory import MEMORY_TOOLS
+from coterie.tools.personas import PERSONA_TOOLS
+from coterie.tools.shell import SHELL_TOOLS
+from coterie.tools.tasks import TASK_TOOLS
+from coterie.tools.web import WEB_TOOLS
 
 
 def builtin_registry() -> ToolRegistry:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtime.errors import ToolError
+from coterie.runtime.errors import ToolError
 
 BLOCK_SIMILARITY = 0.7
 # A tolerant match may span at most this many times the lines of old_text.

@@ -30,7 +30,7 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from runtime.errors import ToolError
+from coterie.runtime.errors import ToolError
 
 #: How a path is named in an error message (the tools show workspace paths
 #: relative to the workspace).

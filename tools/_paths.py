@@ -24,8 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
 
 MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255

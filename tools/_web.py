@@ -35,9 +35,9 @@ from bs4 import BeautifulSoup, Comment, Tag
 from markdownify import MarkdownConverter
 from yarl import URL
 
-from runtime.config import WebSettings
-from runtime.errors import ToolError
-from tools._netpolicy import NetworkPolicy, parse_ip
+from coterie.runtime.config import WebSettings
+from coterie.runtime.errors import ToolError
+from coterie.tools._netpolicy import NetworkPolicy, parse_ip
 
 SNIPPET_CHARS = 1_000
 EXA_DEFAULT_BASE = "https://api.exa.ai"

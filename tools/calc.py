@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.tool import tool
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import tool
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 10_000

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.connectors.base import OutboundMessage
-from runtime.context import EndTask, TurnContext
-from runtime.errors import ConnectorError, ToolError, UnknownConnectorError
-from runtime.messages import API_ORIGIN, Question, now
-from runtime.services import DeliveryService
-from runtime.tool import tool
+from coterie.runtime.connectors.base import OutboundMessage
+from coterie.runtime.context import EndTask, TurnContext
+from coterie.runtime.errors import ConnectorError, ToolError, UnknownConnectorError
+from coterie.runtime.messages import API_ORIGIN, Question, now
+from coterie.runtime.services import DeliveryService
+from coterie.runtime.tool import tool
 
 MAX_TEXT = 20_000
 MAX_BUTTONS = 10

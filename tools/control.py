@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.config import runtime_timezone
-from runtime.context import EndTask, TodoItem, TurnContext
-from runtime.messages import TodosSet
-from runtime.tool import tool
+from coterie.runtime.config import runtime_timezone
+from coterie.runtime.context import EndTask, TodoItem, TurnContext
+from coterie.runtime.messages import TodosSet
+from coterie.runtime.tool import tool
 
 THINK_REASON_MAX = 80
 TODO_MAX_ITEMS = 100

@@ -14,13 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.delegation import Delegations, SpawnRequest, start_subagent
-from runtime.delegation.acp_roster import AcpRosterError
-from runtime.delegation.coding import StartRequest, start_coding_agent
-from runtime.errors import ToolError
-from runtime.tool import Deferred, ToolSpec, tool
-from tools._paths import locate
+from coterie.runtime.context import TurnContext
+from coterie.runtime.delegation import Delegations, SpawnRequest, start_subagent
+from coterie.runtime.delegation.acp_roster import AcpRosterError
+from coterie.runtime.delegation.coding import StartRequest, start_coding_agent
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import Deferred, ToolSpec, tool
+from coterie.tools._paths import locate
 
 TOP_CONTEXTS = ("user", "heartbeat", "cron")
 

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.tool import tool
-from tools import _fs
-from tools._edit import edit_text
-from tools._paths import Target, display, is_secret, locate, within
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import tool
+from coterie.tools import _fs
+from coterie.tools._edit import edit_text
+from coterie.tools._paths import Target, display, is_secret, locate, within
 
 if TYPE_CHECKING:
     import pathspec

@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.mcp.hub import McpHub
-from runtime.mcp.records import McpToolInfo
-from runtime.mcp.source import render_blocks, render_result, tool_name
-from runtime.tool import matches_any, tool
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.mcp.hub import McpHub
+from coterie.runtime.mcp.records import McpToolInfo
+from coterie.runtime.mcp.source import render_blocks, render_result, tool_name
+from coterie.runtime.tool import matches_any, tool
 
 
 def _hub(ctx: TurnContext) -> McpHub | None:

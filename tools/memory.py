@@ -13,12 +13,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.memory.records import MemoryRow, RecallHit
-from runtime.services import MemoryService
-from runtime.tool import tool
-from tools._paths import workspace_path
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.memory.records import MemoryRow, RecallHit
+from coterie.runtime.services import MemoryService
+from coterie.runtime.tool import tool
+from coterie.tools._paths import workspace_path
 
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -156,7 +156,7 @@ async def knowledge_ingest(args: IngestArgs, ctx: TurnContext) -> str:
     manuals, articles — not chat snippets). It is split into ~3000-character
     chunks; ingesting the same source again replaces it."""
     if args.path is not None:
-        from runtime.memory import documents
+        from coterie.runtime.memory import documents
 
         # Reading (a PDF above all) takes a while: off the loop, so that other
         # conversations' turns go on meanwhile.

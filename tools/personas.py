@@ -12,11 +12,11 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.errors import AskCycleError, CoterieError, ToolError, UnknownPersonaError
-from runtime.messages import MessageEnvelope, inbox_id
-from runtime.services import Messenger
-from runtime.tool import tool
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import AskCycleError, CoterieError, ToolError, UnknownPersonaError
+from coterie.runtime.messages import MessageEnvelope, inbox_id
+from coterie.runtime.services import Messenger
+from coterie.runtime.tool import tool
 
 ASK_DEFAULT_MS = 120_000
 ASK_MAX_MS = 600_000

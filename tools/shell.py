@@ -17,13 +17,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runtime.context import TurnContext
-from runtime.errors import CoterieError, ToolError
-from runtime.messages import MessageEnvelope
-from runtime.services import ProcessService
-from runtime.shell import SIGNALS, ProcessOutput, StartSpec, load_secrets, scrubbed_env
-from runtime.tool import tool
-from tools._paths import workspace_path
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import CoterieError, ToolError
+from coterie.runtime.messages import MessageEnvelope
+from coterie.runtime.services import ProcessService
+from coterie.runtime.shell import SIGNALS, ProcessOutput, StartSpec, load_secrets, scrubbed_env
+from coterie.runtime.tool import tool
+from coterie.tools._paths import workspace_path
 
 log = logging.getLogger("coterie.tools.shell")
 

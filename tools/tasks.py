@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.delegation import Delegations
-from runtime.errors import ToolError
-from runtime.tool import tool
-from tools.shell import NOTIFY_TAIL, shell_available
+from coterie.runtime.context import TurnContext
+from coterie.runtime.delegation import Delegations
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import tool
+from coterie.tools.shell import NOTIFY_TAIL, shell_available
 
 PREFIXES = ("bg_", "sub_", "acp_")
 

@@ -18,10 +18,10 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.tool import tool
-from tools._netpolicy import NetworkPolicy
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.tool import tool
+from coterie.tools._netpolicy import NetworkPolicy
 
 DEFAULT_MAX_CHARS = 12_000  # stays under the runner's 16k output cap with the wrapper
 
@@ -61,7 +61,7 @@ async def web_fetch(args: WebFetchArgs, ctx: TurnContext) -> str:
     Loopback, private and link-local addresses are refused unless the persona's
     network settings allow them. Typical use: web_search, then web_fetch one of
     the result URLs."""
-    from tools import _web
+    from coterie.tools import _web
 
     return await _web.fetch(
         args.url, max_chars=args.max_chars, settings=ctx.settings.web, policy=network_policy(ctx)
@@ -80,7 +80,7 @@ async def web_search(args: WebSearchArgs, ctx: TurnContext) -> str:
     """Search the web (Exa). Returns a numbered list of results with title,
     URL, published date and a short excerpt, wrapped in untrusted-content
     delimiters. Follow up with web_fetch on a result URL to read the page."""
-    from tools import _web
+    from coterie.tools import _web
 
     key = exa_key()
     if key is None:

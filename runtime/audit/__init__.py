@@ -7,12 +7,12 @@ is made (or a file is queried), so persona processes never pay for them.
 
 from __future__ import annotations
 
-from runtime.audit.buffer import AuditBuffer
-from runtime.audit.loader import ConversationLoader
-from runtime.audit.log import AuditLog, AuditLogStats
-from runtime.audit.query import QueryResult, read_only_query
-from runtime.audit.rows import EVENT_COLUMNS, Row, Send, event_to_row
-from runtime.audit.writer import AuditWriter, event_schema, rows_to_table
+from coterie.runtime.audit.buffer import AuditBuffer
+from coterie.runtime.audit.loader import ConversationLoader
+from coterie.runtime.audit.log import AuditLog, AuditLogStats
+from coterie.runtime.audit.query import QueryResult, read_only_query
+from coterie.runtime.audit.rows import EVENT_COLUMNS, Row, Send, event_to_row
+from coterie.runtime.audit.writer import AuditWriter, event_schema, rows_to_table
 
 __all__ = [
     "EVENT_COLUMNS",

@@ -22,9 +22,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from runtime.audit.rows import HISTORY_KINDS, Row, Send, event_to_row
-from runtime.audit.spool import LOCK_WAIT, open_spool, read_spool, spool_line
-from runtime.messages import TurnEvent
+from coterie.runtime.audit.rows import HISTORY_KINDS, Row, Send, event_to_row
+from coterie.runtime.audit.spool import LOCK_WAIT, open_spool, read_spool, spool_line
+from coterie.runtime.messages import TurnEvent
 
 log = logging.getLogger("coterie.audit")
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from runtime.audit.buffer import AuditBuffer
-from runtime.errors import CoterieError
-from runtime.messages import ConversationRecord
+from coterie.runtime.audit.buffer import AuditBuffer
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.messages import ConversationRecord
 
 __all__ = ["MAX_BATCH", "ConversationLoader", "Fetch"]
 

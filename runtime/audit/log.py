@@ -31,11 +31,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.audit.query import QueryResult
-from runtime.audit.rows import Row
-from runtime.audit.writer import AuditWriter
-from runtime.errors import AuditOverloadedError
-from runtime.messages import ChatMessage, ConversationRecord, DelegationEvent
+from coterie.runtime.audit.query import QueryResult
+from coterie.runtime.audit.rows import Row
+from coterie.runtime.audit.writer import AuditWriter
+from coterie.runtime.errors import AuditOverloadedError
+from coterie.runtime.messages import ChatMessage, ConversationRecord, DelegationEvent
 
 log = logging.getLogger("coterie.audit")
 

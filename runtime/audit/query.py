@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import AuditQueryError
+from coterie.runtime.errors import AuditQueryError
 
 if TYPE_CHECKING:
     import duckdb

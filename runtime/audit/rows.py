@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime.messages import (
+from coterie.runtime.messages import (
     DelegationEvent,
     HistoryAppended,
     ModelCalled,

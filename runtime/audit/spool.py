@@ -12,9 +12,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runtime.audit.rows import EVENT_COLUMNS, Row, event_row
-from runtime.errors import AuditSpoolInUseError
-from runtime.messages import turn_event_adapter
+from coterie.runtime.audit.rows import EVENT_COLUMNS, Row, event_row
+from coterie.runtime.errors import AuditSpoolInUseError
+from coterie.runtime.messages import turn_event_adapter
 
 # One spool line per row: its id and seq, then the event as recorded, verbatim
 # (the row's payload). Every other column derives from the event, so the line

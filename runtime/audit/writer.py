@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from runtime.audit.query import QueryResult, run_read_only
-from runtime.audit.rows import EVENT_COLUMNS, HISTORY_KINDS
-from runtime.errors import AuditQueryError
-from runtime.messages import (
+from coterie.runtime.audit.query import QueryResult, run_read_only
+from coterie.runtime.audit.rows import EVENT_COLUMNS, HISTORY_KINDS
+from coterie.runtime.errors import AuditQueryError
+from coterie.runtime.messages import (
     ChatMessage,
     ConversationRecord,
     DelegationEvent,

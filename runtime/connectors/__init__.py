@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.connectors.base import (
+from coterie.runtime.connectors.base import (
     Capability,
     Connector,
     ConnectorInfo,

@@ -19,7 +19,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.messages import new_id, now
+from coterie.runtime.messages import new_id, now
 
 Capability = Literal["text", "buttons", "markdown"]
 

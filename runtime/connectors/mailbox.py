@@ -14,7 +14,7 @@ import asyncio
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 
-from runtime.connectors.base import Capability, InboundMessage, OutboundMessage
+from coterie.runtime.connectors.base import Capability, InboundMessage, OutboundMessage
 
 #: Messages kept per session (the oldest go first) and sessions kept.
 MAILBOX_SIZE = 200

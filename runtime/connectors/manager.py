@@ -14,10 +14,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from runtime.connectors.base import Connector, InboundMessage, OutboundMessage, info
-from runtime.errors import CoterieError
-from runtime.messages import MessageEnvelope, Origin, ReplyEnvelope
-from runtime.serve.backend import FrontDoor
+from coterie.runtime.connectors.base import Connector, InboundMessage, OutboundMessage, info
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.messages import MessageEnvelope, Origin, ReplyEnvelope
+from coterie.runtime.serve.backend import FrontDoor
 
 log = logging.getLogger("coterie.connectors")
 

@@ -16,8 +16,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from runtime.connectors.base import ConnectorInfo, OutboundMessage
-from runtime.errors import ConnectorError, UnknownConnectorError
+from coterie.runtime.connectors.base import ConnectorInfo, OutboundMessage
+from coterie.runtime.errors import ConnectorError, UnknownConnectorError
 
 #: Seconds a registered connector stays offered without a take.
 LEASE_SECONDS = 60.0

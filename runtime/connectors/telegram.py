@@ -29,9 +29,9 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.connectors.base import Capability, InboundMessage, OutboundMessage
-from runtime.errors import ConnectorError
-from runtime.messages import now
+from coterie.runtime.connectors.base import Capability, InboundMessage, OutboundMessage
+from coterie.runtime.errors import ConnectorError
+from coterie.runtime.messages import now
 
 if TYPE_CHECKING:
     from telegram import Bot, CallbackQuery, InlineKeyboardMarkup, Update

@@ -9,7 +9,7 @@ one is configured).
 
 from __future__ import annotations
 
-from runtime.delegation.records import (
+from coterie.runtime.delegation.records import (
     SubagentLauncher,
     SubagentRequest,
     SubagentSetup,
@@ -18,8 +18,13 @@ from runtime.delegation.records import (
     WorkOutcome,
     WorkStatus,
 )
-from runtime.delegation.subagent import LocalSubagents, SpawnRequest, SubagentRun, start_subagent
-from runtime.delegation.work import WAKE_SENDER, Delegations, render_wake
+from coterie.runtime.delegation.subagent import (
+    LocalSubagents,
+    SpawnRequest,
+    SubagentRun,
+    start_subagent,
+)
+from coterie.runtime.delegation.work import WAKE_SENDER, Delegations, render_wake
 
 __all__ = [
     "WAKE_SENDER",

@@ -88,7 +88,7 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
-from runtime.delegation.acp_rails import (
+from coterie.runtime.delegation.acp_rails import (
     changed_files,
     decide_permission,
     inside_root,
@@ -97,7 +97,7 @@ from runtime.delegation.acp_rails import (
     snapshot_tree,
     write_text,
 )
-from runtime.delegation.acp_records import (
+from coterie.runtime.delegation.acp_records import (
     AcpError,
     AcpErrorKind,
     AcpEvent,
@@ -118,12 +118,12 @@ from runtime.delegation.acp_records import (
     ToolCallEvent,
     UpdateCallback,
 )
-from runtime.delegation.acp_roster import AgentSpec, resolve_agent_env
-from runtime.delegation.acp_terminals import Terminal, Terminals
-from runtime.errors import ToolError
-from runtime.shell.env import scrubbed_env
-from runtime.shell.handle import group_members
-from runtime.shell.sandbox import Sandbox
+from coterie.runtime.delegation.acp_roster import AgentSpec, resolve_agent_env
+from coterie.runtime.delegation.acp_terminals import Terminal, Terminals
+from coterie.runtime.errors import ToolError
+from coterie.runtime.shell.env import scrubbed_env
+from coterie.runtime.shell.handle import group_members
+from coterie.runtime.shell.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 

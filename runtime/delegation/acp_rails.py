@@ -30,8 +30,8 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from runtime.delegation.acp_records import PermissionDecision
-from runtime.delegation.acp_roster import PermissionPolicy
+from coterie.runtime.delegation.acp_records import PermissionDecision
+from coterie.runtime.delegation.acp_roster import PermissionPolicy
 
 #: fs callbacks refuse files or contents above this.
 FS_MAX_BYTES = 10 * 1024 * 1024

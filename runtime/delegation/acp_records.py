@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.errors import CoterieError
+from coterie.runtime.errors import CoterieError
 
 AcpErrorKind = Literal[
     "missing_binary",

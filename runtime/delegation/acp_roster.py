@@ -75,9 +75,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime.config import describe_entry_error, read_json_config
-from runtime.errors import ConfigError
-from runtime.shell.env import check_env_entry, fill_references
+from coterie.runtime.config import describe_entry_error, read_json_config
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.shell.env import check_env_entry, fill_references
 
 ROSTER_FILE = "acp.json"
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")

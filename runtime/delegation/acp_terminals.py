@@ -32,9 +32,9 @@ from pathlib import Path
 import acp
 from acp.schema import EnvVariable, TerminalExitStatus
 
-from runtime.delegation.acp_rails import inside_root
-from runtime.shell.env import scrubbed_env
-from runtime.shell.sandbox import Sandbox
+from coterie.runtime.delegation.acp_rails import inside_root
+from coterie.runtime.shell.env import scrubbed_env
+from coterie.runtime.shell.sandbox import Sandbox
 
 MAX_OUTPUT_BYTES = 1_000_000
 MAX_TERMINALS = 16

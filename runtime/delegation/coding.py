@@ -25,24 +25,24 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from runtime.context import TurnContext
-from runtime.delegation.acp_roster import AcpRosterError, resolve_agent_env
-from runtime.delegation.records import (
+from coterie.runtime.context import TurnContext
+from coterie.runtime.delegation.acp_roster import AcpRosterError, resolve_agent_env
+from coterie.runtime.delegation.records import (
     CodingRequest,
     CodingSetup,
     Work,
     WorkOutcome,
     WorkStatus,
 )
-from runtime.delegation.work import Delegations
-from runtime.errors import CoterieError, ErrorKind, ToolError
-from runtime.messages import DelegationEvent, new_id
-from runtime.services import AuditSink, NullAudit
-from runtime.shell.sandbox import Sandbox, SandboxChoice
-from runtime.tool import Deferred
+from coterie.runtime.delegation.work import Delegations
+from coterie.runtime.errors import CoterieError, ErrorKind, ToolError
+from coterie.runtime.messages import DelegationEvent, new_id
+from coterie.runtime.services import AuditSink, NullAudit
+from coterie.runtime.shell.sandbox import Sandbox, SandboxChoice
+from coterie.runtime.tool import Deferred
 
 if TYPE_CHECKING:
-    from runtime.delegation.acp import AcpSession, AnyEvent, CodingResult
+    from coterie.runtime.delegation.acp import AcpSession, AnyEvent, CodingResult
 
 #: How long past the roster's prompt_timeout the registry waits before it
 #: stops the delegation itself (the session's own timeout comes first).
@@ -123,7 +123,7 @@ class CodingAgentRun:
     """One delegation: an ACP session, its events into the audit log."""
 
     def __init__(self, request: CodingRequest, *, audit: AuditSink | None = None) -> None:
-        from runtime.delegation.acp import AcpSession
+        from coterie.runtime.delegation.acp import AcpSession
 
         self.request = request
         self.audit: AuditSink = audit or NullAudit()

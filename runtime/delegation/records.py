@@ -15,15 +15,15 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.config import (
+from coterie.runtime.config import (
     ModelConfig,
     NetworkSettings,
     PersonaConfig,
     RuntimeSettings,
     ThinkingMode,
 )
-from runtime.delegation.acp_roster import AgentSpec, RosterFile
-from runtime.tool import ToolRegistry
+from coterie.runtime.delegation.acp_roster import AgentSpec, RosterFile
+from coterie.runtime.tool import ToolRegistry
 
 WorkKind = Literal["subagent", "coding_agent"]
 WorkStatus = Literal["ok", "failed", "error", "timeout", "crashed", "cancelled"]

@@ -30,13 +30,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from runtime.config import (
+from coterie.runtime.config import (
     ModelConfig,
     ToolFilter,
     runtime_timezone,
 )
-from runtime.context import Conversation, Services, TurnContext
-from runtime.delegation.records import (
+from coterie.runtime.context import Conversation, Services, TurnContext
+from coterie.runtime.delegation.records import (
     SubagentLauncher,
     SubagentRequest,
     SubagentSetup,
@@ -44,10 +44,10 @@ from runtime.delegation.records import (
     WorkOutcome,
     WorkStatus,
 )
-from runtime.delegation.work import Delegations
-from runtime.errors import ModelError, ToolError
-from runtime.loop import TurnLoop
-from runtime.messages import (
+from coterie.runtime.delegation.work import Delegations
+from coterie.runtime.errors import ModelError, ToolError
+from coterie.runtime.loop import TurnLoop
+from coterie.runtime.messages import (
     AssistantMessage,
     HistoryAppended,
     ToolResultMessage,
@@ -56,10 +56,10 @@ from runtime.messages import (
     UserMessage,
     new_id,
 )
-from runtime.models.base import Model
-from runtime.runner import ToolRunner
-from runtime.services import AuditSink, NullAudit, ProcessService
-from runtime.tool import Deferred, ToolRegistry, ToolSpec, matches_any
+from coterie.runtime.models.base import Model
+from coterie.runtime.runner import ToolRunner
+from coterie.runtime.services import AuditSink, NullAudit, ProcessService
+from coterie.runtime.tool import Deferred, ToolRegistry, ToolSpec, matches_any
 
 SUBAGENT_PROMPT = """\
 You are a subagent working for the persona `{persona}`, which handed you one \

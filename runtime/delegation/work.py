@@ -27,10 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from runtime.delegation.records import CodingSetup, SubagentSetup, Work, WorkKind, WorkOutcome
-from runtime.errors import CoterieError, ToolError
-from runtime.messages import DelegationEvent, MessageEnvelope
-from runtime.services import AuditSink
+from coterie.runtime.delegation.records import (
+    CodingSetup,
+    SubagentSetup,
+    Work,
+    WorkKind,
+    WorkOutcome,
+)
+from coterie.runtime.errors import CoterieError, ToolError
+from coterie.runtime.messages import DelegationEvent, MessageEnvelope
+from coterie.runtime.services import AuditSink
 
 log = logging.getLogger("coterie.delegation")
 

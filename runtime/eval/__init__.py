@@ -11,10 +11,10 @@ runs in a fresh persona and conversation on a :class:`SampleWorker`
 (:mod:`~runtime.eval.stats`) are computed.
 """
 
-from runtime.eval.dataset import import_function, load_samples
-from runtime.eval.limits import AdaptiveGate, LimitedModel, SampleLimitReached
-from runtime.eval.plan import RunOptions, RunPlan, new_run_id, plan_resume, plan_run
-from runtime.eval.records import (
+from coterie.runtime.eval.dataset import import_function, load_samples
+from coterie.runtime.eval.limits import AdaptiveGate, LimitedModel, SampleLimitReached
+from coterie.runtime.eval.plan import RunOptions, RunPlan, new_run_id, plan_resume, plan_run
+from coterie.runtime.eval.records import (
     CompareReport,
     PairedDiff,
     RunRecord,
@@ -23,11 +23,17 @@ from runtime.eval.records import (
     ScorerSummary,
     ScoreValue,
 )
-from runtime.eval.runner import EvalRunner, Executor, LocalExecutor, Progress, resolve_solver
-from runtime.eval.scorers import Score, Scorer, ScorerError, build_scorers
-from runtime.eval.store import EvalStore, EvalStoreError, open_store
-from runtime.eval.task import EvalTask, Sample, SampleLimits, TaskFileError, load_task
-from runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
+from coterie.runtime.eval.runner import (
+    EvalRunner,
+    Executor,
+    LocalExecutor,
+    Progress,
+    resolve_solver,
+)
+from coterie.runtime.eval.scorers import Score, Scorer, ScorerError, build_scorers
+from coterie.runtime.eval.store import EvalStore, EvalStoreError, open_store
+from coterie.runtime.eval.task import EvalTask, Sample, SampleLimits, TaskFileError, load_task
+from coterie.runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
 
 __all__ = [
     "AdaptiveGate",

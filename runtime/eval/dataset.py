@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from runtime.eval.task import (
+from coterie.runtime.eval.task import (
     SAMPLE_FIELDS,
     EvalTask,
     Sample,

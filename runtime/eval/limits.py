@@ -22,10 +22,10 @@ import asyncio
 import random
 from types import TracebackType
 
-from runtime.errors import CoterieError, ModelHTTPError
-from runtime.eval.task import SampleLimits
-from runtime.messages import ModelRequest, ModelResponse
-from runtime.models.base import Model
+from coterie.runtime.errors import CoterieError, ModelHTTPError
+from coterie.runtime.eval.task import SampleLimits
+from coterie.runtime.messages import ModelRequest, ModelResponse
+from coterie.runtime.models.base import Model
 
 #: Attempts of one model call that keeps getting 429.
 THROTTLE_ATTEMPTS = 6

@@ -18,15 +18,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from runtime.config import load_persona
-from runtime.errors import ConfigError
-from runtime.eval.dataset import load_samples
-from runtime.eval.records import RunRecord
-from runtime.eval.runner import model_label, parse_model_option, resolve_solver
-from runtime.eval.scorers import Scorer, build_scorers, grader_of, needs_grader
-from runtime.eval.store import EvalStore
-from runtime.eval.task import EvalTask, Sample, TaskFileError, load_task
-from runtime.eval.worker import SolverSetup
+from coterie.runtime.config import load_persona
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.eval.dataset import load_samples
+from coterie.runtime.eval.records import RunRecord
+from coterie.runtime.eval.runner import model_label, parse_model_option, resolve_solver
+from coterie.runtime.eval.scorers import Scorer, build_scorers, grader_of, needs_grader
+from coterie.runtime.eval.store import EvalStore
+from coterie.runtime.eval.task import EvalTask, Sample, TaskFileError, load_task
+from coterie.runtime.eval.worker import SolverSetup
 
 SOLVER = "solver"
 

@@ -31,13 +31,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.config import ModelConfig, PersonaConfig, load_persona
-from runtime.errors import ConfigError
-from runtime.eval.records import RunRecord, RunStatus, SampleResult, ScoreValue
-from runtime.eval.scorers import Scorer, ScorerError
-from runtime.eval.store import EvalStore
-from runtime.eval.task import EvalTask, Sample
-from runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
+from coterie.runtime.config import ModelConfig, PersonaConfig, load_persona
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.eval.records import RunRecord, RunStatus, SampleResult, ScoreValue
+from coterie.runtime.eval.scorers import Scorer, ScorerError
+from coterie.runtime.eval.store import EvalStore
+from coterie.runtime.eval.task import EvalTask, Sample
+from coterie.runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
 
 log = logging.getLogger("coterie.eval")
 

@@ -26,9 +26,9 @@ from typing import Any, Protocol, assert_never
 
 from pydantic import BaseModel
 
-from runtime.errors import CoterieError
-from runtime.eval.dataset import import_function
-from runtime.eval.task import (
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.eval.dataset import import_function
+from coterie.runtime.eval.task import (
     ChoiceSpec,
     EvalTask,
     ExactSpec,

@@ -14,7 +14,7 @@ import math
 import statistics
 from collections import Counter, defaultdict
 
-from runtime.eval.records import PairedDiff, ScorerSummary
+from coterie.runtime.eval.records import PairedDiff, ScorerSummary
 
 #: Scores of one run: scorer -> sample_id -> its scored values in epoch order.
 ScoredValues = dict[str, dict[str, list[float]]]

@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic import TypeAdapter
 
-from runtime.errors import CoterieError
-from runtime.eval.records import (
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.eval.records import (
     CompareReport,
     RunRecord,
     RunReport,
@@ -66,7 +66,7 @@ from runtime.eval.records import (
     SampleStatus,
     ScoreValue,
 )
-from runtime.eval.stats import NO_GROUP, ScoredValues, compare_scores, summarize
+from coterie.runtime.eval.stats import NO_GROUP, ScoredValues, compare_scores, summarize
 
 if TYPE_CHECKING:
     import duckdb

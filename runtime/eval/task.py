@@ -30,8 +30,8 @@ from pydantic import (
     model_validator,
 )
 
-from runtime.config import PERSONA_NAME_RE, ModelConfig, PersonaConfig
-from runtime.errors import ConfigError
+from coterie.runtime.config import PERSONA_NAME_RE, ModelConfig, PersonaConfig
+from coterie.runtime.errors import ConfigError
 
 TASK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: The reducers a task may name; ``pass@K`` takes K from the name.

@@ -32,17 +32,17 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from runtime.config import Persona, PersonaConfig, RuntimeSettings
-from runtime.eval.limits import AdaptiveGate, LimitedModel
-from runtime.eval.task import Sample, SampleLimits
-from runtime.messages import AssistantMessage, MessageEnvelope
-from runtime.models import build_model_or_unavailable
-from runtime.models.base import Model
-from runtime.persona import PersonaRuntime
-from runtime.runner import safe_name
-from runtime.services import AuditSink, MemoryService, NullAudit
-from runtime.shell import LocalProcesses
-from runtime.tool import ToolRegistry
+from coterie.runtime.config import Persona, PersonaConfig, RuntimeSettings
+from coterie.runtime.eval.limits import AdaptiveGate, LimitedModel
+from coterie.runtime.eval.task import Sample, SampleLimits
+from coterie.runtime.messages import AssistantMessage, MessageEnvelope
+from coterie.runtime.models import build_model_or_unavailable
+from coterie.runtime.models.base import Model
+from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.runner import safe_name
+from coterie.runtime.services import AuditSink, MemoryService, NullAudit
+from coterie.runtime.shell import LocalProcesses
+from coterie.runtime.tool import ToolRegistry
 
 #: How often a finished turn's conversation is checked for settled delegations.
 SETTLE_POLL_S = 0.02

@@ -5,7 +5,7 @@ one supervised client session to one server.
 
 from __future__ import annotations
 
-from runtime.mcp.records import (
+from coterie.runtime.mcp.records import (
     McpCallResult,
     McpContent,
     McpLaunch,

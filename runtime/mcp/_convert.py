@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from mcp import types as mt
 from mcp.shared.exceptions import MCPError
 
-from runtime.mcp.records import (
+from coterie.runtime.mcp.records import (
     McpCallResult,
     McpContent,
     McpPromptArgument,

@@ -34,9 +34,9 @@ from mcp import types as mt
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from runtime.mcp._convert import STDERR_HINT_CHARS, one_line
-from runtime.mcp.records import McpLaunch
-from runtime.shell.handle import group_members
+from coterie.runtime.mcp._convert import STDERR_HINT_CHARS, one_line
+from coterie.runtime.mcp.records import McpLaunch
+from coterie.runtime.shell.handle import group_members
 
 if TYPE_CHECKING:
     # The (read, write) pair a transport yields; only the protocol is public.

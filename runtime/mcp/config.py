@@ -68,10 +68,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runtime.config import describe_entry_error, read_json_config
-from runtime.errors import ConfigError, PersonaConfigError
-from runtime.mcp.records import McpLaunch
-from runtime.shell.env import (
+from coterie.runtime.config import describe_entry_error, read_json_config
+from coterie.runtime.errors import ConfigError, PersonaConfigError
+from coterie.runtime.mcp.records import McpLaunch
+from coterie.runtime.shell.env import (
     SAFE_PATH,
     check_env_entry,
     check_references,

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.errors import ToolError
-from runtime.mcp.config import CONFIG_FILE, ConfiguredServer, launch_for, load_servers
-from runtime.mcp.records import (
+from coterie.runtime.errors import ToolError
+from coterie.runtime.mcp.config import CONFIG_FILE, ConfiguredServer, launch_for, load_servers
+from coterie.runtime.mcp.records import (
     McpCallResult,
     McpContent,
     McpLaunch,
@@ -78,7 +78,7 @@ class LocalMcpClient:
     """An :class:`~runtime.mcp.session.McpSession` in this process."""
 
     def __init__(self, launch: McpLaunch) -> None:
-        from runtime.mcp.session import McpSession  # the SDK: only when a server is used
+        from coterie.runtime.mcp.session import McpSession  # the SDK: only when a server is used
 
         self.session = McpSession(launch)
 

@@ -64,8 +64,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from runtime.errors import ToolError
-from runtime.mcp._convert import (
+from coterie.runtime.errors import ToolError
+from coterie.runtime.mcp._convert import (
     call_result,
     connection_lost,
     exit_phrase,
@@ -78,7 +78,7 @@ from runtime.mcp._convert import (
     safe_url,
     tool_info,
 )
-from runtime.mcp._stdio import (
+from coterie.runtime.mcp._stdio import (
     CLOSE_GRACE_S,
     KILL_GRACE_S,
     SpawnError,
@@ -86,7 +86,7 @@ from runtime.mcp._stdio import (
     stderr_hint,
     stdio_transport,
 )
-from runtime.mcp.records import (
+from coterie.runtime.mcp.records import (
     McpCallResult,
     McpContent,
     McpLaunch,

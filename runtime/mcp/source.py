@@ -21,13 +21,13 @@ import json
 import re
 from typing import Any
 
-from runtime.context import TurnContext
-from runtime.errors import ToolError
-from runtime.mcp.config import SEPARATOR
-from runtime.mcp.hub import McpHub
-from runtime.mcp.records import McpCallResult, McpContent, McpToolInfo
-from runtime.runner import safe_name
-from runtime.tool import PassThrough, ToolSpec
+from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import ToolError
+from coterie.runtime.mcp.config import SEPARATOR
+from coterie.runtime.mcp.hub import McpHub
+from coterie.runtime.mcp.records import McpCallResult, McpContent, McpToolInfo
+from coterie.runtime.runner import safe_name
+from coterie.runtime.tool import PassThrough, ToolSpec
 
 #: What a tool name sent to a provider may hold (OpenAI: ^[a-zA-Z0-9_-]{1,64}$).
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from runtime.memory.client import MemoryBackend, MemoryClient
-from runtime.memory.records import (
+from coterie.runtime.memory.client import MemoryBackend, MemoryClient
+from coterie.runtime.memory.records import (
     RECOMMENDED_DIMENSIONS,
     IngestResult,
     MemoryInput,
@@ -26,7 +26,7 @@ from runtime.memory.records import (
 )
 
 if TYPE_CHECKING:
-    from runtime.memory.choice import (
+    from coterie.runtime.memory.choice import (
         EmbedderChoice,
         LazyEmbedder,
         build_embedder,
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
         embedder_from_settings,
         embedder_process_env,
     )
-    from runtime.memory.chunking import chunk_spans, chunk_text
-    from runtime.memory.documents import read_document
-    from runtime.memory.embedders import (
+    from coterie.runtime.memory.chunking import chunk_spans, chunk_text
+    from coterie.runtime.memory.documents import read_document
+    from coterie.runtime.memory.embedders import (
         Embedder,
         FullTextOnly,
         HashingEmbedder,
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
         NumpyMiniLMEmbedder,
         OpenAIEmbedder,
     )
-    from runtime.memory.server import MemoryServer, open_store
-    from runtime.memory.store import MemoryStore
+    from coterie.runtime.memory.server import MemoryServer, open_store
+    from coterie.runtime.memory.store import MemoryStore
 
 #: Names loaded on first use, and the module each comes from.
 _LAZY = {

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from runtime.errors import ConfigError
+from coterie.runtime.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.config import MemorySettings
-from runtime.errors import ConfigError
-from runtime.memory import embedders
-from runtime.memory.embedders import (
+from coterie.runtime.config import MemorySettings
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.memory import embedders
+from coterie.runtime.memory.embedders import (
     _HASHING_DIM,
     LOCAL_EXTRA,
     MINILM_DIM,

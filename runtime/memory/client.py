@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from runtime.memory.records import (
+from coterie.runtime.memory.records import (
     IngestResult,
     MemoryRow,
     RecallHit,

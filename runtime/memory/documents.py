@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.errors import ToolError
+from coterie.runtime.errors import ToolError
 
 if TYPE_CHECKING:
     from pypdf import PdfReader

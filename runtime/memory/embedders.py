@@ -33,12 +33,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from runtime.errors import ConfigError, MissingAPIKeyError, ModelError, ModelHTTPError
+from coterie.runtime.errors import ConfigError, MissingAPIKeyError, ModelError, ModelHTTPError
 
 if TYPE_CHECKING:
     from openai import OpenAI
 
-    from runtime.memory._minilm import MiniLM
+    from coterie.runtime.memory._minilm import MiniLM
 
 __all__ = [
     "LOCAL_EXTRA",
@@ -139,7 +139,7 @@ class NumpyMiniLMEmbedder:
     dim = MINILM_DIM
 
     def __init__(self, model_dir: Path | None = None, *, batch_size: int = 32) -> None:
-        from runtime.memory._minilm import MiniLM
+        from coterie.runtime.memory._minilm import MiniLM
 
         model_dir = model_dir or local_model_dir()
         if model_dir is None:

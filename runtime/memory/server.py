@@ -21,9 +21,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runtime.config import MemorySettings
-from runtime.errors import ToolError
-from runtime.memory.records import (
+from coterie.runtime.config import MemorySettings
+from coterie.runtime.errors import ToolError
+from coterie.runtime.memory.records import (
     IngestResult,
     MemoryInput,
     MemoryRow,
@@ -35,9 +35,9 @@ from runtime.memory.records import (
 )
 
 if TYPE_CHECKING:
-    from runtime.memory._lance import recorded_embedder
-    from runtime.memory.choice import EmbedderChoice
-    from runtime.memory.store import MemoryStore
+    from coterie.runtime.memory._lance import recorded_embedder
+    from coterie.runtime.memory.choice import EmbedderChoice
+    from coterie.runtime.memory.store import MemoryStore
 
 log = logging.getLogger("coterie.memory")
 
@@ -83,9 +83,9 @@ def open_store_with_choice(
     Raises :class:`~runtime.errors.ConfigError` when the settings ask for an
     embedder that is not installed.
     """
-    from runtime.memory._lance import recorded_embedder
-    from runtime.memory.choice import choose_embedder, embedder_for
-    from runtime.memory.store import MemoryStore
+    from coterie.runtime.memory._lance import recorded_embedder
+    from coterie.runtime.memory.choice import choose_embedder, embedder_for
+    from coterie.runtime.memory.store import MemoryStore
 
     storage_options = settings.storage_options or None
     recorded = recorded_embedder(uri, storage_options=storage_options)
@@ -310,7 +310,7 @@ class MemoryServer:
         """The embedder this server's store runs with, and why (opens the store)."""
         store = await self._get_store()
         if self._choice is None:  # served an open store: it came with its embedder
-            from runtime.memory.choice import EmbedderChoice
+            from coterie.runtime.memory.choice import EmbedderChoice
 
             self._choice = EmbedderChoice.of(store.embedder, configured=self.settings.embedder)
         return self._choice
@@ -347,7 +347,7 @@ def __getattr__(name: str) -> Any:
     # the MemoryStore actor (every persona: Ray loads the actor's class to make
     # it) loads neither the store, the embedders nor their choice.
     if name == "recorded_embedder":
-        return importlib.import_module("runtime.memory._lance").recorded_embedder
+        return importlib.import_module("coterie.runtime.memory._lance").recorded_embedder
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -32,12 +32,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import ModelError, ToolError
-from runtime.memory import _lance, fusion
-from runtime.memory._lance import KNOWLEDGE, MEMORIES, USER_MODEL
-from runtime.memory.chunking import chunk_text
-from runtime.memory.embedders import Embedder, FullTextOnly, legacy_names
-from runtime.memory.records import (
+from coterie.runtime.errors import ModelError, ToolError
+from coterie.runtime.memory import _lance, fusion
+from coterie.runtime.memory._lance import KNOWLEDGE, MEMORIES, USER_MODEL
+from coterie.runtime.memory.chunking import chunk_text
+from coterie.runtime.memory.embedders import Embedder, FullTextOnly, legacy_names
+from coterie.runtime.memory.records import (
     IngestResult,
     MemoryInput,
     MemoryRow,

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from runtime.config import (
+from coterie.runtime.config import (
     AnthropicModelConfig,
     ModelConfig,
     OpenAIModelConfig,
     ScriptedModelConfig,
 )
-from runtime.errors import ModelError
-from runtime.models.base import Model, StreamingModel, TextSink
-from runtime.models.scripted import FunctionModel, RulesModel, ScriptedModel, tool_call
-from runtime.models.unavailable import UnavailableModel
+from coterie.runtime.errors import ModelError
+from coterie.runtime.models.base import Model, StreamingModel, TextSink
+from coterie.runtime.models.scripted import FunctionModel, RulesModel, ScriptedModel, tool_call
+from coterie.runtime.models.unavailable import UnavailableModel
 
 
 def build_model(config: ModelConfig) -> Model:
@@ -25,11 +25,11 @@ def build_model(config: ModelConfig) -> Model:
     if isinstance(config, ScriptedModelConfig):
         return RulesModel(config)
     if isinstance(config, OpenAIModelConfig):
-        from runtime.models.openai_chat import OpenAIChatModel
+        from coterie.runtime.models.openai_chat import OpenAIChatModel
 
         return OpenAIChatModel(config)
     if isinstance(config, AnthropicModelConfig):
-        from runtime.models.anthropic_messages import AnthropicModel
+        from coterie.runtime.models.anthropic_messages import AnthropicModel
 
         return AnthropicModel(config)
     assert_never(config)

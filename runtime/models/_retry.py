@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from runtime.errors import ModelError
+from coterie.runtime.errors import ModelError
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ import json
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from runtime.config import AnthropicModelConfig
-from runtime.messages import (
+from coterie.runtime.config import AnthropicModelConfig
+from coterie.runtime.messages import (
     AssistantMessage,
     ChatMessage,
     ModelRequest,
@@ -24,8 +24,8 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.models.base import TextSink
-from runtime.models.sdk import SDKModel, body_kind, token_count
+from coterie.runtime.models.base import TextSink
+from coterie.runtime.models.sdk import SDKModel, body_kind, token_count
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic

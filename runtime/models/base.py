@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from runtime.messages import ModelRequest, ModelResponse
+from coterie.runtime.messages import ModelRequest, ModelResponse
 
 
 @runtime_checkable

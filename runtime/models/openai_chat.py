@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
-from runtime.config import OpenAIModelConfig
-from runtime.errors import ModelError
-from runtime.messages import (
+from coterie.runtime.config import OpenAIModelConfig
+from coterie.runtime.errors import ModelError
+from coterie.runtime.messages import (
     AssistantMessage,
     ModelRequest,
     ModelResponse,
@@ -27,8 +27,8 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.models.base import TextSink
-from runtime.models.sdk import SDKModel, body_kind, token_count
+from coterie.runtime.models.base import TextSink
+from coterie.runtime.models.sdk import SDKModel, body_kind, token_count
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI

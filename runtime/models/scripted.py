@@ -11,9 +11,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from runtime.config import ScriptedModelConfig, ScriptedRule
-from runtime.errors import ModelError, ModelTimeoutError
-from runtime.messages import (
+from coterie.runtime.config import ScriptedModelConfig, ScriptedRule
+from coterie.runtime.errors import ModelError, ModelTimeoutError
+from coterie.runtime.messages import (
     AssistantMessage,
     ModelRequest,
     ModelResponse,
@@ -24,7 +24,7 @@ from runtime.messages import (
     new_id,
     now,
 )
-from runtime.models.base import TextSink
+from coterie.runtime.models.base import TextSink
 
 Reply = AssistantMessage | str
 StepFn = Callable[[ModelRequest], Reply | Awaitable[Reply]]

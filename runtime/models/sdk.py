@@ -21,16 +21,16 @@ from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
-from runtime.config import AnthropicModelConfig, OpenAIModelConfig
-from runtime.errors import MissingAPIKeyError, ModelError, ModelHTTPError, ModelTimeoutError
-from runtime.messages import ModelRequest, ModelResponse
-from runtime.models._retry import (
+from coterie.runtime.config import AnthropicModelConfig, OpenAIModelConfig
+from coterie.runtime.errors import MissingAPIKeyError, ModelError, ModelHTTPError, ModelTimeoutError
+from coterie.runtime.messages import ModelRequest, ModelResponse
+from coterie.runtime.models._retry import (
     sdk_error_message,
     sdk_retry_after,
     status_is_retryable,
     with_retries,
 )
-from runtime.models.base import TextSink
+from coterie.runtime.models.base import TextSink
 
 ConfigT = TypeVar("ConfigT", AnthropicModelConfig, OpenAIModelConfig)
 

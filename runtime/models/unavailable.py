@@ -6,10 +6,10 @@ answer: each turn fails with the original, readable error.
 
 from __future__ import annotations
 
-from runtime.config import ModelConfig
-from runtime.errors import ModelError
-from runtime.messages import ModelRequest, ModelResponse
-from runtime.models.base import TextSink
+from coterie.runtime.config import ModelConfig
+from coterie.runtime.errors import ModelError
+from coterie.runtime.messages import ModelRequest, ModelResponse
+from coterie.runtime.models.base import TextSink
 
 
 class UnavailableModel:

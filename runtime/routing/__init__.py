@@ -4,11 +4,11 @@ idle watcher, and retries through transient failures."""
 
 from __future__ import annotations
 
-from runtime.routing.directory import Directory, PersonaLink
-from runtime.routing.idle import IdleWatcher
-from runtime.routing.retry import retry_transient
-from runtime.routing.roster import ROSTER_LIMIT, Roster
-from runtime.routing.router import PersonaHost, PersonaInfo, Router, RouterStatus
+from coterie.runtime.routing.directory import Directory, PersonaLink
+from coterie.runtime.routing.idle import IdleWatcher
+from coterie.runtime.routing.retry import retry_transient
+from coterie.runtime.routing.roster import ROSTER_LIMIT, Roster
+from coterie.runtime.routing.router import PersonaHost, PersonaInfo, Router, RouterStatus
 
 __all__ = [
     "ROSTER_LIMIT",

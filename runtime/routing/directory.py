@@ -17,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from runtime.errors import ActorLostError, DeliveryError, PersonaPassivatedError
-from runtime.messages import MessageEnvelope, ReplyEnvelope, StreamItem, stream_item_adapter
+from coterie.runtime.errors import ActorLostError, DeliveryError, PersonaPassivatedError
+from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope, StreamItem, stream_item_adapter
 
 H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)

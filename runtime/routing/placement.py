@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runtime.config import Placement
-from runtime.errors import PlacementError
+from coterie.runtime.config import Placement
+from coterie.runtime.errors import PlacementError
 
 #: Resources and labels every node has, left out of descriptions unless asked for.
 _NOISE_RESOURCES = ("memory", "object_store_memory")

@@ -14,8 +14,8 @@ from bisect import bisect_left
 from math import isnan, nan
 from pathlib import Path
 
-from runtime.config import check_persona_name, parse_persona_config, persona_names
-from runtime.errors import PersonaConfigError
+from coterie.runtime.config import check_persona_name, parse_persona_config, persona_names
+from coterie.runtime.errors import PersonaConfigError
 
 log = logging.getLogger("coterie.routing")
 

@@ -21,13 +21,13 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.config import load_persona_dir
-from runtime.connectors.base import ConnectorInfo
-from runtime.connectors.outbox import Outbox
-from runtime.errors import ActorLostError, CoterieError, UnknownPersonaError
-from runtime.mcp.config import load_servers
-from runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope
-from runtime.routing.roster import Roster
+from coterie.runtime.config import load_persona_dir
+from coterie.runtime.connectors.base import ConnectorInfo
+from coterie.runtime.connectors.outbox import Outbox
+from coterie.runtime.errors import ActorLostError, CoterieError, UnknownPersonaError
+from coterie.runtime.mcp.config import load_servers
+from coterie.runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope
+from coterie.runtime.routing.roster import Roster
 
 H = TypeVar("H")
 

@@ -3,6 +3,6 @@ page of ``coterie serve`` (plain aiohttp over a :class:`FrontDoor`)."""
 
 from __future__ import annotations
 
-from runtime.serve.backend import FrontDoor
+from coterie.runtime.serve.backend import FrontDoor
 
 __all__ = ["FrontDoor"]

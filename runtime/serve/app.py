@@ -38,13 +38,13 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.config import ServeSettings, load_persona_dir, persona_names
-from runtime.connectors.mailbox import MailboxConnector
-from runtime.errors import CoterieError
-from runtime.messages import MessageEnvelope, Origin, StreamItem
-from runtime.serve import openai_compat
-from runtime.serve.backend import FrontDoor
-from runtime.serve.http import (
+from coterie.runtime.config import ServeSettings, load_persona_dir, persona_names
+from coterie.runtime.connectors.mailbox import MailboxConnector
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.messages import MessageEnvelope, Origin, StreamItem
+from coterie.runtime.serve import openai_compat
+from coterie.runtime.serve.backend import FrontDoor
+from coterie.runtime.serve.http import (
     ID_PATTERN,
     STATE,
     ApiError,

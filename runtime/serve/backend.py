@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from runtime.audit.query import QueryResult
-from runtime.connectors.base import ConnectorInfo, OutboundMessage
-from runtime.memory.records import RecallHit
-from runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope, StreamItem
-from runtime.routing.router import PersonaInfo
+from coterie.runtime.audit.query import QueryResult
+from coterie.runtime.connectors.base import ConnectorInfo, OutboundMessage
+from coterie.runtime.memory.records import RecallHit
+from coterie.runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope, StreamItem
+from coterie.runtime.routing.router import PersonaInfo
 
 
 class FrontDoor(Protocol):

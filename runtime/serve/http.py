@@ -17,9 +17,9 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from runtime.config import ServeSettings, persona_exists, persona_names
-from runtime.connectors.mailbox import MailboxConnector
-from runtime.errors import (
+from coterie.runtime.config import ServeSettings, persona_exists, persona_names
+from coterie.runtime.connectors.mailbox import MailboxConnector
+from coterie.runtime.errors import (
     AuditQueryError,
     CoterieError,
     PersonaConfigError,
@@ -27,7 +27,7 @@ from runtime.errors import (
     QueueFullError,
     UnknownPersonaError,
 )
-from runtime.serve.backend import FrontDoor
+from coterie.runtime.serve.backend import FrontDoor
 
 log = logging.getLogger("coterie.serve")
 

@@ -21,9 +21,9 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.errors import CoterieError
-from runtime.messages import MessageEnvelope, ModelCalled, ReplyEnvelope, TextDelta, new_id
-from runtime.serve.http import (
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.messages import MessageEnvelope, ModelCalled, ReplyEnvelope, TextDelta, new_id
+from coterie.runtime.serve.http import (
     ID_PATTERN,
     STATE,
     ApiError,

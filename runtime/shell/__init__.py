@@ -3,7 +3,7 @@ one command's handle and slot, and the per-persona process table."""
 
 from __future__ import annotations
 
-from runtime.shell.env import (
+from coterie.runtime.shell.env import (
     INHERITED_ENV,
     MIN_SECRET_CHARS,
     PROVIDER_KEY_VARS,
@@ -13,12 +13,18 @@ from runtime.shell.env import (
     scrubbed_env,
     secrets_to_hide,
 )
-from runtime.shell.handle import SIGNALS, ProcessHandle, SignalName, group_alive, new_process_id
-from runtime.shell.output import DEFAULT_BUFFER_BYTES, OutputBuffer, Redactor
-from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
-from runtime.shell.sandbox import BWRAP_PATH, Sandbox, SandboxChoice, bwrap_available
-from runtime.shell.slot import ProcessSlot
-from runtime.shell.table import LocalProcesses, ProcessTable, Slot, not_found
+from coterie.runtime.shell.handle import (
+    SIGNALS,
+    ProcessHandle,
+    SignalName,
+    group_alive,
+    new_process_id,
+)
+from coterie.runtime.shell.output import DEFAULT_BUFFER_BYTES, OutputBuffer, Redactor
+from coterie.runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
+from coterie.runtime.shell.sandbox import BWRAP_PATH, Sandbox, SandboxChoice, bwrap_available
+from coterie.runtime.shell.slot import ProcessSlot
+from coterie.runtime.shell.table import LocalProcesses, ProcessTable, Slot, not_found
 
 __all__ = [
     "BWRAP_PATH",

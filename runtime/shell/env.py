@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from runtime.errors import ToolError
+from coterie.runtime.errors import ToolError
 
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Inherited from the runtime's environment when set; nothing else is.

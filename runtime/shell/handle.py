@@ -9,9 +9,9 @@ import signal as _signal
 import time
 from typing import Any, Literal
 
-from runtime.errors import ToolError
-from runtime.shell.output import OutputBuffer, Redactor
-from runtime.shell.records import ProcessOutput, ProcessStatus, StartSpec
+from coterie.runtime.errors import ToolError
+from coterie.runtime.shell.output import OutputBuffer, Redactor
+from coterie.runtime.shell.records import ProcessOutput, ProcessStatus, StartSpec
 
 KILL_GRACE_S = 2.0
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.shell.output import DEFAULT_BUFFER_BYTES
+from coterie.runtime.shell.output import DEFAULT_BUFFER_BYTES
 
 
 @dataclass

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.config import AccessLevel
+from coterie.runtime.config import AccessLevel
 
 BWRAP_PATH = "/usr/bin/bwrap"
 

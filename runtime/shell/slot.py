@@ -7,9 +7,9 @@ warm before its command is known) and starts exactly one command.
 
 from __future__ import annotations
 
-from runtime.errors import ToolError
-from runtime.shell.handle import ProcessHandle
-from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
+from coterie.runtime.errors import ToolError
+from coterie.runtime.shell.handle import ProcessHandle
+from coterie.runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
 
 
 class ProcessSlot:

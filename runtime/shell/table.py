@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from runtime.errors import ToolError
-from runtime.shell.handle import new_process_id
-from runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
-from runtime.shell.sandbox import SandboxChoice
-from runtime.shell.slot import ProcessSlot
+from coterie.runtime.errors import ToolError
+from coterie.runtime.shell.handle import new_process_id
+from coterie.runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
+from coterie.runtime.shell.sandbox import SandboxChoice
+from coterie.runtime.shell.slot import ProcessSlot
 
 
 class Slot(Protocol):

@@ -4,8 +4,8 @@ turn contexts for calling tools directly, and the recall evaluation set."""
 
 from __future__ import annotations
 
-from runtime.testing.context import turn_context
-from runtime.testing.servers import (
+from coterie.runtime.testing.context import turn_context
+from coterie.runtime.testing.servers import (
     FakeAnthropicServer,
     FakeModelServer,
     FakeOpenAIServer,

@@ -44,7 +44,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.testing._http import LocalHttpServer
+from coterie.runtime.testing._http import LocalHttpServer
 
 __all__ = [
     "AnthropicStreamServer",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.context import Conversation, TurnContext
-from runtime.messages import UserMessage
+from coterie.runtime.context import Conversation, TurnContext
+from coterie.runtime.messages import UserMessage
 
 
 def turn_context(

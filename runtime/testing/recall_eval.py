@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from runtime.memory import MemoryStore, Mode
+    from coterie.runtime.memory import MemoryStore, Mode
 
 __all__ = ["MEMORIES", "MODES", "PERSONA", "QUERIES", "EvalQuery", "evaluate", "evaluate_by_kind"]
 
@@ -400,7 +400,7 @@ QUERIES: tuple[EvalQuery, ...] = (
 
 def load(store: MemoryStore) -> dict[str, str]:
     """Write :data:`MEMORIES` under :data:`PERSONA`; returns key -> stored id."""
-    from runtime.memory import MemoryInput
+    from coterie.runtime.memory import MemoryInput
 
     keys = list(MEMORIES)
     rows = store.write_memories(

@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runtime.testing import _exact_set, _paraphrase_set, recall_eval
+from coterie.runtime.testing import _exact_set, _paraphrase_set, recall_eval
 
 if TYPE_CHECKING:
-    from runtime.memory import MemoryStore, Mode
+    from coterie.runtime.memory import MemoryStore, Mode
 
 __all__ = [
     "DEPTH",
@@ -119,7 +119,7 @@ MIXED = RecallSet(
 
 def load(store: MemoryStore, recall_set: RecallSet) -> dict[str, str]:
     """Write the set's memories under its persona; returns key -> stored id."""
-    from runtime.memory import MemoryInput
+    from coterie.runtime.memory import MemoryInput
 
     keys = list(recall_set.memories)
     rows = store.write_memories(
