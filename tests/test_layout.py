@@ -41,7 +41,7 @@ def folder_of(path: Path) -> str:
 
 def room(path: Path) -> str:
     """A module's room: its folder below a top folder (runtime/audit), or the
-    file itself when it sits in a top folder (runtime/config.py)."""
+    file itself when it sits in a top folder (runtime/errors.py)."""
     rel = path.relative_to(ROOT)
     if len(rel.parts) > 2:
         return "/".join(rel.parts[:2])

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from coterie.runtime.config import TelegramSettings
 from coterie.runtime.connectors.base import Connector, InboundMessage, OutboundMessage
 from coterie.runtime.connectors.telegram import (
     MAX_MESSAGE_LEN,
     TelegramConnector,
-    TelegramSettings,
     split_text,
     telegram_from_env,
 )

@@ -9,8 +9,9 @@ and PTB and httpx put those URLs in some errors and log lines. The connector
 scrubs the token from everything it raises or logs, and it installs a filter
 on the PTB and httpx loggers that does the same.
 
-``telegram`` is imported only when a connector is built, so importing this
-module (for :class:`TelegramSettings`) costs nothing.
+``telegram`` is imported only when a connector is built. Its settings,
+:class:`~coterie.runtime.config.TelegramSettings`, are part of the config
+package (``connectors:`` in runtime.yaml).
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from coterie.runtime.config.connectors import TelegramSettings
 from coterie.runtime.connectors.base import Capability, InboundMessage, OutboundMessage
 from coterie.runtime.errors import ConnectorError
 from coterie.runtime.messages import now
@@ -49,23 +49,6 @@ _ALLOWED_UPDATES = ["message", "callback_query"]
 _REDACTED = "<redacted>"
 # Marks a callback key that stands in for a question id too long to fit.
 _ALIAS = "~"
-
-
-class TelegramSettings(BaseModel):
-    """``connectors: {telegram: ...}`` in runtime.yaml."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    #: The environment variable holding the bot token (never the token itself).
-    token_env: str = "TELEGRAM_BOT_TOKEN"
-    #: The Bot API root; a local stand-in server in the tests.
-    api_base: str = "https://api.telegram.org"
-    #: The persona that answers this bot.
-    persona: str
-    #: Chat ids the bot talks with; empty means any chat.
-    allowed_chats: list[int] = Field(default_factory=list)
-    #: Seconds one long poll waits for updates (Telegram takes whole seconds).
-    poll_timeout: float = Field(default=20, gt=0, le=300)
 
 
 # -- token scrubbing --------------------------------------------------------
@@ -517,7 +500,6 @@ def telegram_from_env(
 __all__ = [
     "MAX_MESSAGE_LEN",
     "TelegramConnector",
-    "TelegramSettings",
     "split_text",
     "telegram_from_env",
 ]

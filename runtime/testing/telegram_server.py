@@ -118,7 +118,7 @@ class TelegramStandIn(LocalHttpServer):
 
     @property
     def api_base(self) -> str:
-        """The ``api_base`` for :class:`~runtime.connectors.telegram.TelegramSettings`."""
+        """The ``api_base`` for :class:`~coterie.runtime.config.TelegramSettings`."""
         return self.root_url
 
     def _notify(self) -> None:

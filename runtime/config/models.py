@@ -1,0 +1,106 @@
+"""Model entries: the ``model:`` of a persona (and of a subagent or an eval).
+
+``provider`` picks the entry: ``scripted`` (answers written in the YAML, no
+API key), ``openai`` (Chat Completions or any compatible server) or
+``anthropic`` (the Messages API). :data:`ModelConfig` is their union.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from coterie.runtime.config._strict import Strict
+from coterie.runtime.messages import TurnContextKind
+
+
+class ScriptedWhen(Strict):
+    """Conditions of a scripted rule; all given ones must hold."""
+
+    turn: int | None = Field(default=None, ge=1)
+    contains: str | None = None
+    # The kind of turn: user, heartbeat, cron, subagent or eval.
+    context: TurnContextKind | None = None
+
+
+class ScriptedToolCall(Strict):
+    """A tool call a scripted rule answers with."""
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class ScriptedRule(Strict):
+    """One rule of a scripted model: when it matches, its text and calls answer."""
+
+    when: ScriptedWhen = Field(default_factory=ScriptedWhen)
+    text: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+
+
+class _ModelBase(Strict):
+    max_tokens: int = Field(default=4096, ge=1)
+    timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+
+
+class _NetworkModelBase(_ModelBase):
+    max_retries: int = Field(default=3, ge=0, le=10)
+
+
+class ScriptedModelConfig(_ModelBase):
+    """A model whose answers are written in persona.yaml (no API key).
+
+    ``timeout`` applies to ``latency_ms`` (a slower answer times out) and
+    ``max_tokens`` cuts a longer text, as a real model would. Streamed, the
+    (cut) text comes out in pieces of ``stream_chunk_chars`` characters with
+    ``stream_delay_ms`` between them, so that streaming clients and demos
+    see text arrive as from a real model.
+    """
+
+    provider: Literal["scripted"]
+    name: str = "scripted"
+    rules: list[ScriptedRule] = Field(default_factory=list)
+    default: str = "I can't help with that."
+    latency_ms: float = Field(default=0.0, ge=0)
+    stream_chunk_chars: int = Field(default=8, ge=1)
+    stream_delay_ms: float = Field(default=0, ge=0)
+
+
+class OpenAIModelConfig(_NetworkModelBase):
+    """OpenAI Chat Completions or any compatible server (``base_url``)."""
+
+    provider: Literal["openai"]
+    name: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    # Reasoning providers (DeepSeek-R1, Kimi…) reject assistant tool-call
+    # messages without ``reasoning_content`` once thinking is on.
+    reasoning_content: bool = False
+
+
+class AnthropicModelConfig(_NetworkModelBase):
+    """Anthropic Messages API."""
+
+    provider: Literal["anthropic"]
+    name: str
+    base_url: str | None = None
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    thinking_budget: int = Field(default=2048, ge=1024)
+
+
+ModelConfig = Annotated[
+    ScriptedModelConfig | OpenAIModelConfig | AnthropicModelConfig,
+    Field(discriminator="provider"),
+]
+
+
+__all__ = [
+    "AnthropicModelConfig",
+    "ModelConfig",
+    "OpenAIModelConfig",
+    "ScriptedModelConfig",
+    "ScriptedRule",
+    "ScriptedToolCall",
+    "ScriptedWhen",
+]
