@@ -64,8 +64,8 @@ from coterie.runtime.messages import MessageEnvelope, ModelCalled, ToolCalled  #
 from coterie.runtime.models import build_model  # noqa: E402
 from coterie.runtime.persona import PersonaRuntime  # noqa: E402
 from coterie.runtime.services import NullAudit  # noqa: E402
-from coterie.runtime.testing.anthropic_stream import AnthropicStreamServer  # noqa: E402
 from coterie.tools import builtin_registry  # noqa: E402
+from tests.fakes.anthropic_stream import AnthropicStreamServer  # noqa: E402
 
 MiB = 2**20
 CLAUDE_ACP = Path(

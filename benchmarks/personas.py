@@ -72,8 +72,8 @@ from coterie.runtime.config import RuntimeSettings, load_persona  # noqa: E402
 from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope  # noqa: E402
 from coterie.runtime.models import build_model  # noqa: E402
 from coterie.runtime.persona import PersonaRuntime  # noqa: E402
-from coterie.runtime.testing.servers import FakeOpenAIServer  # noqa: E402
 from coterie.tools import builtin_registry  # noqa: E402
+from tests.fakes.servers import FakeOpenAIServer  # noqa: E402
 
 KEY_ENV = "COTERIE_BENCH_OPENAI_KEY"
 SCRIPTED = {"model": {"provider": "scripted", "default": "pong"}}

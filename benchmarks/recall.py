@@ -38,7 +38,7 @@ Measured in one run and printed as one table:
    is CPU-bound.
 2. ingest throughput (chunks/s) with the default embedder on a generated
    multi-page document (paragraphs of prose, ~3,000 characters a page);
-3. recall@5 of vector, fts and hybrid on :mod:`runtime.testing.recall_eval`;
+3. recall@5 of vector, fts and hybrid on :mod:`tests.recall.recall_eval`;
 4. USS of the MemoryStore actor's process (pid from its ``stats()``) on a
    local Ray (``num_cpus=2``), after the model is loaded and a few memories
    were written through it.
@@ -106,7 +106,7 @@ from coterie.runtime.memory import (  # noqa: E402
     fusion,
 )
 from coterie.runtime.memory.store import CANDIDATES  # noqa: E402
-from coterie.runtime.testing import recall_eval  # noqa: E402
+from tests.recall import recall_eval  # noqa: E402
 
 PERSONA = "bench"
 OTHER_PERSONAS = 10
@@ -848,7 +848,7 @@ def main() -> None:
     )
     row(
         f"recall@5, {default_name}",
-        "runtime/testing/recall_eval.py",
+        "tests/recall/recall_eval.py",
         notes="  ".join(f"{mode} {quality[mode]:.3f}" for mode in recall_eval.MODES)
         + f"  ({len(recall_eval.MEMORIES)} memories, {len(recall_eval.QUERIES)} queries)",
     )

@@ -46,7 +46,7 @@ from coterie.runtime.delegation.acp_roster import (
 )
 from coterie.runtime.errors import ConfigError, ToolError
 from coterie.runtime.shell.sandbox import SandboxChoice, bwrap_available
-from coterie.runtime.testing.anthropic_stream import (
+from tests.fakes.anthropic_stream import (
     AnthropicStreamServer,
     Reply,
     ToolUse,

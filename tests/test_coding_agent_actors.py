@@ -17,7 +17,7 @@ import pytest
 from coterie import Runtime
 from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.messages import ToolResultMessage, UserMessage
-from coterie.runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
+from tests.fakes.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
 from tests.helpers import scripted, write_persona
 from tests.test_acp import CLAUDE_ACP, NODE, claude_installed, needs_claude
 

@@ -28,8 +28,8 @@ from coterie.runtime.models.scripted import FunctionModel, latest_user_text, too
 from coterie.runtime.persona import PersonaRuntime
 from coterie.runtime.services import NullAudit
 from coterie.runtime.shell.sandbox import bwrap_available
-from coterie.runtime.testing.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
 from coterie.tools import builtin_registry
+from tests.fakes.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
 from tests.helpers import scripted, write_persona
 from tests.test_acp import CLAUDE_ACP, FAKE_AGENT, NODE, claude_installed, needs_claude
 

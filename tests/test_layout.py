@@ -202,10 +202,41 @@ def test_no_import_cycles_between_folders() -> None:
     assert strongly_connected(rooms) == []
 
 
-def test_benchmarks_do_not_import_the_tests() -> None:
+#: What of tests/ the benchmarks may import: the test equipment (fake protocol
+#: servers, recall datasets), which is not product and so lives outside the wheel.
+TEST_EQUIPMENT = ("tests.fakes", "tests.recall")
+
+
+def is_equipment(module: str) -> bool:
+    return any(module == p or module.startswith(f"{p}.") for p in TEST_EQUIPMENT)
+
+
+def test_benchmarks_import_only_the_test_equipment() -> None:
+    """The benchmarks measure against the very fake servers and datasets the
+    tests check, so the two cannot drift apart; those live in tests/fakes and
+    tests/recall. Nothing else of tests/: a test module, conftest or helpers
+    would bring pytest and fixtures into a benchmark, and a change to a test
+    could break a benchmark."""
     for path in (ROOT / "benchmarks").glob("*.py"):
-        tops = {name.split(".")[0] for name in imports_of(path, f"benchmarks.{path.stem}")}
-        assert "tests" not in tops, path
+        ours = [
+            name
+            for name in imports_of(path, f"benchmarks.{path.stem}")
+            if name.split(".")[0] == "tests"
+        ]
+        assert all(is_equipment(name) for name in ours), (path, ours)
+
+
+def test_the_test_equipment_stands_alone() -> None:
+    """What the benchmarks may import imports nothing else of tests/ and no
+    pytest, so importing it never loads a test."""
+    for package in TEST_EQUIPMENT:
+        for path in (ROOT / package.replace(".", "/")).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            imported = imports_of(path, name.removesuffix(".__init__"))
+            tops = {n.split(".")[0] for n in imported}
+            assert not tops & {"pytest", "_pytest"}, path
+            strays = [n for n in imported if n.split(".")[0] == "tests" and not is_equipment(n)]
+            assert strays == [], (path, strays)
 
 
 def loaded_by(imports: str, libraries: tuple[str, ...]) -> list[str]:

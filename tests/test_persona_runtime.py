@@ -24,8 +24,8 @@ from coterie.runtime.models.openai_chat import OpenAIChatModel
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text
 from coterie.runtime.persona import PersonaRuntime
 from coterie.runtime.services import NullAudit
-from coterie.runtime.testing import FakeOpenAIServer
 from coterie.tools import builtin_registry
+from tests.fakes import FakeOpenAIServer
 from tests.helpers import scripted, write_persona
 
 

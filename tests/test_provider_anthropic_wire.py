@@ -21,7 +21,7 @@ from coterie.runtime.messages import (
     UserMessage,
 )
 from coterie.runtime.models.anthropic_messages import AnthropicModel
-from coterie.runtime.testing import FakeAnthropicServer
+from tests.fakes import FakeAnthropicServer
 
 KEY = "sk-ant-test"
 LOOKUP = ToolDefinition(

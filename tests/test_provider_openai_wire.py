@@ -24,7 +24,7 @@ from coterie.runtime.messages import (
 )
 from coterie.runtime.models import _retry
 from coterie.runtime.models.openai_chat import OpenAIChatModel, ToolsWire
-from coterie.runtime.testing import FakeOpenAIServer
+from tests.fakes import FakeOpenAIServer
 
 KEY = "sk-test-openai"
 WEATHER = ToolDefinition(

@@ -1,8 +1,8 @@
 """Retrieval quality of recall with the real all-MiniLM-L6-v2 embedder.
 
 Loads the bundled model once for the module (several seconds on CPU) and runs
-the sets of :mod:`runtime.testing.recall_sets` — paraphrased questions, exact
-terms, and the older mixed benchmark of :mod:`runtime.testing.recall_eval` —
+the sets of :mod:`tests.recall.recall_sets` — paraphrased questions, exact
+terms, and the older mixed benchmark of :mod:`tests.recall.recall_eval` —
 through every mode. Run with ``-s`` to see the table of recall@1/3/5 and MRR.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from coterie.runtime.memory import Embedder, MemoryStore
 from coterie.runtime.memory import store as store_module
-from coterie.runtime.testing import recall_eval, recall_sets
-from coterie.runtime.testing.recall_sets import EXACT, MIXED, PARAPHRASE, Metrics, RecallSet
+from tests.recall import recall_eval, recall_sets
+from tests.recall.recall_sets import EXACT, MIXED, PARAPHRASE, Metrics, RecallSet
 
 #: How far below the better leg hybrid may fall, per set and metric.
 TOLERANCE = 0.02

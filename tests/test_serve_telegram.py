@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from coterie.client import ServerClient, ServerState
-from coterie.runtime.testing.telegram_server import TelegramStandIn
+from tests.fakes.telegram_server import TelegramStandIn
 from tests.helpers import scripted, write_persona
 from tests.serving import running_server
 

@@ -35,7 +35,7 @@ from coterie.runtime.models import (
 )
 from coterie.runtime.models.anthropic_messages import AnthropicModel
 from coterie.runtime.models.openai_chat import OpenAIChatModel
-from coterie.runtime.testing import FakeAnthropicServer, FakeOpenAIServer
+from tests.fakes import FakeAnthropicServer, FakeOpenAIServer
 
 LOOKUP = ToolDefinition(
     name="lookup",

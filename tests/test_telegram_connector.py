@@ -1,7 +1,7 @@
 """The Telegram connector against a local stand-in Bot API server.
 
 The real python-telegram-bot client talks HTTP to
-:class:`~runtime.testing.telegram_server.TelegramStandIn`, so these tests
+:class:`~tests.fakes.telegram_server.TelegramStandIn`, so these tests
 check the wire: token in the path, parameters PTB encodes, replies it parses.
 """
 
@@ -23,7 +23,7 @@ from coterie.runtime.connectors.telegram import (
     telegram_from_env,
 )
 from coterie.runtime.errors import ConnectorError
-from coterie.runtime.testing.telegram_server import TelegramStandIn
+from tests.fakes.telegram_server import TelegramStandIn
 
 TOKEN = "424242:AAE-stand-in-s3cret-token-value"
 SECRET = TOKEN.split(":", 1)[1]

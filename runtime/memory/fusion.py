@@ -29,7 +29,7 @@ similarities and ``fts`` mode scores relative BM25. A candidate missing from
 the vector leg (not among its top candidates) gets that leg's lowest
 similarity — it scored no better — and one missing from the full-text leg 0.
 
-Measured with all-MiniLM-L6-v2 on the sets of :mod:`runtime.testing.recall_sets`
+Measured with all-MiniLM-L6-v2 on the sets of :mod:`tests.recall.recall_sets`
 (recall@1 / recall@3 / recall@5 / MRR; ``tests/test_recall_quality.py``)::
 
                         paraphrase (47 q, 110 m)   exact (52 q, 111 m)

@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from coterie.runtime.testing._http import LocalHttpServer
+from tests.fakes._http import LocalHttpServer
 
 __all__ = ["TelegramStandIn"]
 

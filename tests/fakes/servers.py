@@ -39,8 +39,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from coterie.runtime.testing._http import LocalHttpServer
-from coterie.runtime.testing.anthropic_stream import message_events, pieces, sse
+from tests.fakes._http import LocalHttpServer
+from tests.fakes.anthropic_stream import message_events, pieces, sse
 
 __all__ = ["FakeAnthropicServer", "FakeModelServer", "FakeOpenAIServer", "ScriptedReply"]
 

@@ -7,7 +7,7 @@ Two sets pull the search legs in opposite directions:
 * :data:`EXACT` — ids, error codes, booking references, product codes and
   names, each beside a near miss (what the full-text leg is for);
 
-and :data:`MIXED` is the older benchmark of :mod:`runtime.testing.recall_eval`
+and :data:`MIXED` is the older benchmark of :mod:`tests.recall.recall_eval`
 (seventy memories, exact, paraphrased and mixed queries), in the same form.
 
 :func:`evaluate` loads a set into a fresh store and reports, per mode,
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from coterie.runtime.testing import _exact_set, _paraphrase_set, recall_eval
+from tests.recall import _exact_set, _paraphrase_set, recall_eval
 
 if TYPE_CHECKING:
     from coterie.runtime.memory import MemoryStore, Mode

@@ -2,7 +2,7 @@
 scripted by rules: enough of the API for a real coding agent (Claude Code
 behind ``claude-agent-acp``) to run whole turns against it.
 
-Where :mod:`runtime.testing.servers` answers from a queue (one SDK client,
+Where :mod:`tests.fakes.servers` answers from a queue (one SDK client,
 known call order), an agent sends requests of its own choosing (its loop,
 side requests without tools, retries), so this server answers by *rules*:
 the first rule whose ``when`` holds answers, at most ``times`` times; the
@@ -44,7 +44,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from coterie.runtime.testing._http import LocalHttpServer
+from tests.fakes._http import LocalHttpServer
 
 __all__ = [
     "AnthropicStreamServer",
