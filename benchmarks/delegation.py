@@ -58,12 +58,11 @@ from benchmarks._procs import our_ray_processes  # noqa: E402
 from coterie import Runtime  # noqa: E402
 from coterie.runtime.config import RuntimeSettings, load_persona  # noqa: E402
 from coterie.runtime.delegation import LocalSubagents  # noqa: E402
-from coterie.runtime.delegation.acp import AcpSession  # noqa: E402
-from coterie.runtime.delegation.acp_roster import AgentSpec  # noqa: E402
+from coterie.runtime.delegation.acp import AcpSession, AgentSpec  # noqa: E402
 from coterie.runtime.messages import MessageEnvelope, ModelCalled, ToolCalled  # noqa: E402
 from coterie.runtime.models import build_model  # noqa: E402
-from coterie.runtime.persona import PersonaRuntime  # noqa: E402
-from coterie.runtime.services import NullAudit  # noqa: E402
+from coterie.runtime.persona import Launchers, PersonaRuntime  # noqa: E402
+from coterie.runtime.services import NullAudit, Services  # noqa: E402
 from coterie.tools import builtin_registry  # noqa: E402
 from tests.fakes.anthropic_stream import AnthropicStreamServer  # noqa: E402
 
@@ -167,8 +166,8 @@ async def in_process_spawns(home: Path, n: int) -> list[float]:
         persona,
         model=build_model(persona.config.model),
         registry=registry,
-        audit=audit,
-        subagents=launcher,
+        services=Services(audit=audit),
+        launchers=Launchers(subagents=launcher),
     )
     out = []
     try:

@@ -38,7 +38,7 @@ from typing import Any
 from coterie.runtime.config import Persona, RuntimeSettings, runtime_timezone
 from coterie.runtime.context import Conversation, Services, TurnContext
 from coterie.runtime.delegation import Delegations, LocalSubagents, SubagentLauncher, SubagentSetup
-from coterie.runtime.delegation.acp_roster import RosterFile
+from coterie.runtime.delegation.acp.roster import RosterFile
 from coterie.runtime.delegation.coding import LocalCodingAgents
 from coterie.runtime.delegation.records import CodingAgentLauncher, CodingSetup
 from coterie.runtime.errors import CoterieError, PersonaPassivatedError, QueueFullError

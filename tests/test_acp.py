@@ -25,24 +25,22 @@ from acp.schema import PermissionOption, ToolCallLocation, ToolCallUpdate
 
 from coterie.runtime.delegation.acp import (
     AcpProtocolError,
+    AcpRosterError,
     AcpSession,
     AcpStartError,
     AcpStartupTimeoutError,
+    AgentSpec,
     CodingResult,
     MessageEvent,
     PermissionEvent,
     ToolCallEvent,
     changed_files,
     decide_permission,
-    run_coding_task,
-    snapshot_tree,
-)
-from coterie.runtime.delegation.acp_roster import (
-    AcpRosterError,
-    AgentSpec,
     load_acp_roster,
     parse_acp_roster,
     resolve_agent_env,
+    run_coding_task,
+    snapshot_tree,
 )
 from coterie.runtime.errors import ConfigError, ToolError
 from coterie.runtime.shell.sandbox import SandboxChoice, bwrap_available

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coterie.runtime.context import TurnContext
 from coterie.runtime.delegation import Delegations, SpawnRequest, start_subagent
-from coterie.runtime.delegation.acp_roster import AcpRosterError
+from coterie.runtime.delegation.acp import AcpRosterError
 from coterie.runtime.delegation.coding import StartRequest, start_coding_agent
 from coterie.runtime.errors import ToolError
 from coterie.runtime.tool import Deferred, ToolSpec, tool

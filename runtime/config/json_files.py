@@ -1,7 +1,7 @@
 """Reading the JSON files beside the YAML ones (``acp.json``, ``mcp.json``) and
 naming the entry and field of each of their errors.
 
-The files' own models live with their concern (``runtime.delegation.acp``,
+The files' own models live with their concern (``runtime.delegation.acp.roster``,
 ``runtime.mcp.config``); what they share is here.
 """
 

@@ -2,9 +2,9 @@
 
 ``work`` holds what every kind shares (the :class:`Delegations` registry,
 grouped completion wakes, timeouts, cancel); ``subagent`` runs a fresh,
-tool-restricted helper through the turn loop; ``acp`` and ``acp_roster``
-speak the Agent Client Protocol to external coding agents (loaded only when
-one is configured).
+tool-restricted helper through the turn loop; ``coding`` hands a task to an
+external coding agent, and the ``acp`` package speaks the Agent Client
+Protocol to it (its SDK loaded only when a session runs).
 """
 
 from __future__ import annotations

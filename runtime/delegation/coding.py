@@ -1,8 +1,8 @@
 """Coding agents: a persona delegates a coding task to an external agent.
 
 ``start_coding_agent`` picks an agent of the roster (``<home>/acp.json``, see
-:mod:`runtime.delegation.acp_roster`), starts it — one CodingAgent actor per
-delegation, holding one :class:`~runtime.delegation.acp.AcpSession` — and
+:mod:`runtime.delegation.acp.roster`), starts it — one CodingAgent actor per
+delegation, holding one :class:`~runtime.delegation.acp.session.AcpSession` — and
 waits for ``initialize`` + ``session/new`` (up to the entry's
 ``startup_timeout``). Then it returns a ``acp_…`` handle; the task runs on,
 its ``session/update`` notifications go to the audit log (in the parent's
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from coterie.runtime.context import TurnContext
-from coterie.runtime.delegation.acp_roster import AcpRosterError, resolve_agent_env
+from coterie.runtime.delegation.acp.roster import AcpRosterError, resolve_agent_env
 from coterie.runtime.delegation.records import (
     CodingRequest,
     CodingSetup,
@@ -42,7 +42,8 @@ from coterie.runtime.shell.sandbox import Sandbox, SandboxChoice
 from coterie.runtime.tool import Deferred
 
 if TYPE_CHECKING:
-    from coterie.runtime.delegation.acp import AcpSession, AnyEvent, CodingResult
+    from coterie.runtime.delegation.acp.records import AnyEvent, CodingResult
+    from coterie.runtime.delegation.acp.session import AcpSession
 
 #: How long past the roster's prompt_timeout the registry waits before it
 #: stops the delegation itself (the session's own timeout comes first).
@@ -123,7 +124,7 @@ class CodingAgentRun:
     """One delegation: an ACP session, its events into the audit log."""
 
     def __init__(self, request: CodingRequest, *, audit: AuditSink | None = None) -> None:
-        from coterie.runtime.delegation.acp import AcpSession
+        from coterie.runtime.delegation.acp.session import AcpSession
 
         self.request = request
         self.audit: AuditSink = audit or NullAudit()

@@ -22,7 +22,7 @@ from coterie.runtime.config import (
     RuntimeSettings,
     ThinkingMode,
 )
-from coterie.runtime.delegation.acp_roster import AgentSpec, RosterFile
+from coterie.runtime.delegation.acp.roster import AgentSpec, RosterFile
 from coterie.runtime.tool import ToolRegistry
 
 WorkKind = Literal["subagent", "coding_agent"]

@@ -30,8 +30,8 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from coterie.runtime.delegation.acp_records import PermissionDecision
-from coterie.runtime.delegation.acp_roster import PermissionPolicy
+from coterie.runtime.delegation.acp.records import PermissionDecision
+from coterie.runtime.delegation.acp.roster import PermissionPolicy
 
 #: fs callbacks refuse files or contents above this.
 FS_MAX_BYTES = 10 * 1024 * 1024
@@ -202,3 +202,16 @@ def write_text(root: Path, path: Path, content: str) -> None:
     fd = os.open(path, flags, 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+__all__ = [
+    "FS_MAX_BYTES",
+    "Snapshot",
+    "changed_files",
+    "decide_permission",
+    "inside_root",
+    "read_text",
+    "request_paths",
+    "snapshot_tree",
+    "write_text",
+]

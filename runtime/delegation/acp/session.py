@@ -1,7 +1,7 @@
 """Delegating a coding task to an external agent over the Agent Client Protocol.
 
 One :class:`AcpSession` is one agent process (a roster entry of
-:mod:`runtime.delegation.acp_roster`) speaking ACP over stdio through the
+:mod:`runtime.delegation.acp.roster`) speaking ACP over stdio through the
 official SDK (``agent-client-protocol``, imported as ``acp``), with one ACP
 session rooted in a workspace::
 
@@ -32,12 +32,12 @@ What the agent may do is decided here, inside the rails:
   the workspace; outside, a JSON-RPC error saying so.
 - ``terminal/*`` (advertised only when the session is given a confining
   sandbox: bubblewrap) run commands under that sandbox, in the workspace or
-  below (:mod:`runtime.delegation.acp_terminals`); each is logged.
+  below (:mod:`runtime.delegation.acp.terminals`); each is logged.
 
 Errors (:class:`AcpError` and its subclasses), events and the result are
-in :mod:`runtime.delegation.acp_records` (re-exported here); the rails —
+in :mod:`runtime.delegation.acp.records`; the rails —
 permission decisions, paths, changed files — in
-:mod:`runtime.delegation.acp_rails`.
+:mod:`runtime.delegation.acp.rails`.
 
 :meth:`AcpSession.prompt` turns every failure of a running agent (``crashed``,
 ``protocol_error``, ``timeout``) into a :class:`CodingResult` with ``error`` and
@@ -88,7 +88,7 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
-from coterie.runtime.delegation.acp_rails import (
+from coterie.runtime.delegation.acp.rails import (
     changed_files,
     decide_permission,
     inside_root,
@@ -97,10 +97,8 @@ from coterie.runtime.delegation.acp_rails import (
     snapshot_tree,
     write_text,
 )
-from coterie.runtime.delegation.acp_records import (
+from coterie.runtime.delegation.acp.records import (
     AcpError,
-    AcpErrorKind,
-    AcpEvent,
     AcpProtocolError,
     AcpStartError,
     AcpStartupTimeoutError,
@@ -112,14 +110,13 @@ from coterie.runtime.delegation.acp_records import (
     PermissionEvent,
     PlanEvent,
     PlanStep,
-    StopReason,
     TerminalEvent,
     ThoughtEvent,
     ToolCallEvent,
     UpdateCallback,
 )
-from coterie.runtime.delegation.acp_roster import AgentSpec, resolve_agent_env
-from coterie.runtime.delegation.acp_terminals import Terminal, Terminals
+from coterie.runtime.delegation.acp.roster import AgentSpec, resolve_agent_env
+from coterie.runtime.delegation.acp.terminals import Terminal, Terminals
 from coterie.runtime.errors import ToolError
 from coterie.runtime.shell.env import scrubbed_env
 from coterie.runtime.shell.handle import group_members
@@ -250,7 +247,7 @@ class AcpSession:
     """One agent process and one ACP session rooted in ``workspace``.
 
     ``env`` is the roster entry's environment already resolved
-    (:func:`runtime.delegation.acp_roster.resolve_agent_env`); ``None``
+    (:func:`runtime.delegation.acp.roster.resolve_agent_env`); ``None``
     resolves it without persona secrets. ``on_update`` is called (sync or
     async) with every event as it arrives; ``events`` and ``permissions``
     keep at most ``max_events`` each (message chunks merged). ``agent_home``
@@ -911,30 +908,4 @@ async def run_coding_task(
         return await session.prompt(task, timeout=timeout)
 
 
-__all__ = [
-    "AcpError",
-    "AcpErrorKind",
-    "AcpEvent",
-    "AcpProtocolError",
-    "AcpSession",
-    "AcpStartError",
-    "AcpStartupTimeoutError",
-    "AnyEvent",
-    "CodingResult",
-    "FileAccessEvent",
-    "MessageEvent",
-    "PermissionDecision",
-    "PermissionEvent",
-    "PlanEvent",
-    "PlanStep",
-    "StopReason",
-    "TerminalEvent",
-    "ThoughtEvent",
-    "ToolCallEvent",
-    "UpdateCallback",
-    "changed_files",
-    "decide_permission",
-    "inside_root",
-    "run_coding_task",
-    "snapshot_tree",
-]
+__all__ = ["AcpSession", "run_coding_task"]

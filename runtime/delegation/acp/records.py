@@ -10,7 +10,7 @@ Errors, drawn from :class:`runtime.errors.CoterieError`::
                                     (or speaks another ACP version)
 
 The events (:data:`AcpEvent`, one discriminated union) are what the agent
-did, as :class:`~runtime.delegation.acp.AcpSession` streams them; a
+did, as :class:`~runtime.delegation.acp.session.AcpSession` streams them; a
 :class:`CodingResult` is how one task ended. Plain pydantic: no SDK import.
 """
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import acp
 from acp.schema import EnvVariable, TerminalExitStatus
 
-from coterie.runtime.delegation.acp_rails import inside_root
+from coterie.runtime.delegation.acp.rails import inside_root
 from coterie.runtime.shell.env import scrubbed_env
 from coterie.runtime.shell.sandbox import Sandbox
 
