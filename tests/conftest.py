@@ -2,7 +2,9 @@
 
 Ray is started once per session (``num_cpus=2``); ``RAY_ADDRESS`` joins an
 existing cluster instead. Real network model calls are refused: provider API
-keys are removed from the environment and tests talk to local servers.
+keys are removed from the environment and tests talk to local servers. A test
+marked ``needs("piece")`` is skipped without that piece, or failed in CI
+(``tests/external.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
+from tests.external import require
 
 for _var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "EXA_API_KEY"):
     os.environ.pop(_var, None)
@@ -37,3 +41,18 @@ def ray_session() -> Iterator[None]:
             )
     yield
     ray.shutdown()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs(piece, ...): needs something from outside Python that tests/run.sh "
+        "installs (tests/external.py); skipped without it, failed in CI",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Check what ``@pytest.mark.needs(...)`` names before the test runs."""
+    for mark in item.iter_markers("needs"):
+        for piece in mark.args:
+            require(piece)

@@ -40,14 +40,10 @@ BIN = Path(sys.executable).parent
 TIME_SERVER = shutil.which("mcp-server-time", path=str(BIN))
 GIT_SERVER = shutil.which("mcp-server-git", path=str(BIN))
 
-# Skipped on a developer machine without them; CI installs them (.ci/run) and
-# must not pass by skipping, so there they fail instead.
+# Skipped on a developer machine without them; CI installs them (tests/run.sh)
+# and must not pass by skipping, so there they fail instead.
 IN_CI = bool(os.environ.get("CI"))
-needs_everything = pytest.mark.skipif(
-    (NODE is None or not EVERYTHING.is_file()) and not IN_CI,
-    reason="needs node and @modelcontextprotocol/server-everything in .mcp-servers "
-    "(npm install --prefix .mcp-servers @modelcontextprotocol/server-everything)",
-)
+needs_everything = pytest.mark.needs("server-everything")
 #: "Did not hang": far above what any of these takes, even on a loaded machine.
 HANG_BOUND_S = 30.0
 

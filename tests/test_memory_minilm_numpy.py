@@ -37,9 +37,11 @@ EDGE_CASES = [
 
 
 def corpus(n: int = 300, seed: int = 7) -> list[str]:
-    """README paragraphs and sentences, the edge cases and random strings."""
+    """Paragraphs and sentences of the README and the guide, the edge cases and
+    random strings."""
     rng = random.Random(seed)
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    text = "\n\n".join(page.read_text(encoding="utf-8") for page in pages)
     paragraphs = [p.strip() for p in text.split("\n\n") if p.strip()]
     sentences = [s for p in paragraphs for s in re.split(r"(?<=[.!?])\s+", p) if 3 < len(s) < 200]
     texts = [*EDGE_CASES, *rng.sample(paragraphs, 60), *rng.sample(sentences, 120)]

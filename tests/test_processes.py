@@ -29,8 +29,6 @@ from coterie.runtime.shell import (
     scrubbed_env,
 )
 
-HAS_BWRAP = bwrap_available() is not None
-
 
 def spec(command: str, tmp_path: Path, **kw: object) -> StartSpec:
     return StartSpec(
@@ -305,7 +303,7 @@ def test_bwrap_forced_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     assert argv == ["/bin/sh", "-c", "echo hi"]
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (/usr/bin/bwrap) is not installed")
+@pytest.mark.needs("bubblewrap")
 @pytest.mark.parametrize("access", ["workspace", "readonly"])
 async def test_bwrap_confines(tmp_path: Path, access: str) -> None:
     home, pdir, ws = persona_tree(tmp_path)
@@ -335,7 +333,7 @@ async def test_bwrap_confines(tmp_path: Path, access: str) -> None:
         assert "wrote" in out and (ws / "out.txt").read_text() == "hi\n"
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (/usr/bin/bwrap) is not installed")
+@pytest.mark.needs("bubblewrap")
 async def test_bwrap_group_kill(tmp_path: Path) -> None:
     _, pdir, ws = persona_tree(tmp_path)
     box = Sandbox(ws, "workspace", pdir, None, bwrap_available())
@@ -420,7 +418,7 @@ def connect_probe(port: int) -> str:
     return f"python3 -c {shlex.quote(code)}"
 
 
-@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (/usr/bin/bwrap) is not installed")
+@pytest.mark.needs("bubblewrap")
 async def test_bwrap_has_no_network_unless_allowed(tmp_path: Path) -> None:
     import socket
 

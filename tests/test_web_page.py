@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 CHROMIUM = os.environ.get("COTERIE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 WAIT_MS = 30_000
-# The README's picture: COTERIE_SCREENSHOT=tests/screenshots/serve-page.png
+# The guide's picture: COTERIE_SCREENSHOT=docs/images/serve-page.png
 # refreshes it; by default the test saves its screenshot under its tmp_path.
 SCREENSHOT_ENV = "COTERIE_SCREENSHOT"
 
