@@ -92,6 +92,16 @@ async def test_clients_are_bound_to_their_persona(server: MemoryServer) -> None:
     assert [h.id for h in await ana.recall(query="secret plan")] == [row.id]
 
 
+async def test_the_client_passes_the_recall_mode_through(server: MemoryServer) -> None:
+    client = MemoryClient(server, "ana")
+    row = await client.write(category="c", content="tea at four with Grace", importance=5)
+    # No word of the query is in the memory: the full-text leg alone finds
+    # nothing, while the vector leg (and so hybrid) still returns the nearest.
+    assert [h.id for h in await client.recall(query="quokka", mode="vector")] == [row.id]
+    assert await client.recall(query="quokka", mode="fts") == []
+    assert [h.id for h in await client.recall(query="Grace", mode="fts")] == [row.id]
+
+
 async def test_user_model_cache_keeps_prompt_order_after_writes(server: MemoryServer) -> None:
     client = MemoryClient(server, "ana")
     await client.write_user_model(dimension="zodiac", content="virgo", confidence=2)

@@ -14,6 +14,7 @@ from typing import Protocol
 from coterie.runtime.memory.records import (
     IngestResult,
     MemoryRow,
+    Mode,
     RecallHit,
     Source,
     UserModelRow,
@@ -49,6 +50,7 @@ class MemoryBackend(Protocol):
         category: str | None = None,
         limit: int = 8,
         date: str | None = None,
+        mode: Mode = "hybrid",
     ) -> list[RecallHit]: ...
 
     async def ingest(self, persona: str, *, source: str, text: str) -> IngestResult: ...
@@ -102,9 +104,19 @@ class MemoryClient:
         category: str | None = None,
         limit: int = 8,
         date: str | None = None,
+        mode: Mode = "hybrid",
     ) -> list[RecallHit]:
+        """This persona's hits for ``query``, best first; ``mode`` picks the
+        search legs (``hybrid``: vector and full text fused; ``vector`` or
+        ``fts`` alone)."""
         return await self._backend.recall(
-            self.persona, query=query, source=source, category=category, limit=limit, date=date
+            self.persona,
+            query=query,
+            source=source,
+            category=category,
+            limit=limit,
+            date=date,
+            mode=mode,
         )
 
     async def ingest(self, *, source: str, text: str) -> IngestResult:
