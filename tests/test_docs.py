@@ -145,3 +145,54 @@ def test_the_reliability_page_draws_the_error_tree_of_errors_py() -> None:
     section = page.split("## The error tree", 1)[1]
     [tree] = [body for language, body, _ in fenced_blocks(section)[:1] if language == "text"]
     assert tree.rstrip() == error_tree_in_the_docstring().rstrip()
+
+
+#: Every section of the README before it became the front page (issue 35), and
+#: the page of the guide that holds it now under the same heading.
+OLD_README_SECTIONS = {
+    "What the demo shows": "index.md",
+    "The command line": "index.md",
+    "Homes and personas": "personas-and-models.md",
+    "Scripted models": "personas-and-models.md",
+    "Providers": "personas-and-models.md",
+    "Serving": "serving.md",
+    "Connectors and delivery tools": "serving.md",
+    "The tool loop": "tools.md",
+    "Built-in tools": "tools.md",
+    "draft": "tools.md",
+    "Writing a tool": "tools.md",
+    "File tools": "tools.md",
+    "Shell tools": "tools.md",
+    "Web tools": "tools.md",
+    "Personas talking to each other": "delegation.md",
+    "Delegation: subagents and coding agents": "delegation.md",
+    "Subagents": "delegation.md",
+    "Coding agents over ACP": "delegation.md",
+    "Evaluating agents": "evaluation.md",
+    "A task": "evaluation.md",
+    "How samples run": "evaluation.md",
+    "Results": "evaluation.md",
+    "Error kinds": "reliability.md",
+    "Virtual personas, restarts and settings": "reliability.md",
+    "The audit log": "reliability.md",
+    "What survives what": "reliability.md",
+    "MCP": "mcp.md",
+    "MCP servers for personas": "mcp.md",
+    "coterie as an MCP server": "mcp.md",
+    "Long-term memory": "memory.md",
+    "Embedders: which one memory uses": "memory.md",
+    "Installing the local model": "memory.md",
+    "Settings": "memory.md",
+    "Python API": "python-api.md",
+    "Running on a cluster": "cluster.md",
+    "Placement": "cluster.md",
+    "When a node dies": "cluster.md",
+    "Benchmarks": "benchmarks.md",
+    "Layout": "layout.md",
+}
+
+
+def test_every_section_of_the_old_readme_has_its_heading_in_the_guide() -> None:
+    for title, page in OLD_README_SECTIONS.items():
+        text = (DOCS / page).read_text(encoding="utf-8")
+        assert re.search(rf"^#+ {re.escape(title)}$", text, re.MULTILINE), (title, page)
