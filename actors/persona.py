@@ -38,8 +38,9 @@ from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.memory import MemoryClient
 from coterie.runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
 from coterie.runtime.models import build_model_or_unavailable
-from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.persona import Launchers, PersonaHost, PersonaRuntime
 from coterie.runtime.routing import Directory, IdleWatcher
+from coterie.runtime.services import Services
 from coterie.tools import builtin_registry
 
 log = logging.getLogger("coterie.persona")
@@ -92,29 +93,37 @@ class PersonaActor:
             persona,
             model=build_model_or_unavailable(persona.config.model),
             registry=builtin_registry(),
-            audit=self.buffer,
-            messenger=self.directory,
-            memory=memory,
-            # One actor per command, on this node, owned by this actor.
-            processes=ShellProcesses(max_processes=settings.max_background_processes),
-            roster=roster,
-            history_loader=self.conversations.load,
-            settings=settings,
-            cluster_addresses=cluster_addresses(),
-            # One Subagent actor per spawn, on this node, owned by this actor.
-            subagents=RaySubagents(
-                audit_actor=audit_actor,
-                namespace=namespace,
-                max_processes=settings.max_background_processes,
+            services=Services(
+                audit=self.buffer,
+                messenger=self.directory,
+                memory=memory,
+                # One actor per command, on this node, owned by this actor.
+                processes=ShellProcesses(max_processes=settings.max_background_processes),
+                deliveries=RouterDeliveries(self.directory),
             ),
-            # One CodingAgent actor per delegation, likewise.
-            coding_agents=RayCodingAgents(audit_actor=audit_actor, namespace=namespace),
-            # One McpServer actor per server, on this node; shared ones from the router.
-            mcp_clients=RayMcpClients(
-                lambda launch: self.directory.call_router("mcp_shared", launch.model_dump_json())
+            launchers=Launchers(
+                # One Subagent actor per spawn, on this node, owned by this actor.
+                subagents=RaySubagents(
+                    audit_actor=audit_actor,
+                    namespace=namespace,
+                    max_processes=settings.max_background_processes,
+                ),
+                # One CodingAgent actor per delegation, likewise.
+                coding_agents=RayCodingAgents(audit_actor=audit_actor, namespace=namespace),
+                # One McpServer actor per server, on this node; shared ones from the router.
+                mcp_clients=RayMcpClients(
+                    lambda launch: self.directory.call_router(
+                        "mcp_shared", launch.model_dump_json()
+                    )
+                ),
+            ),
+            host=PersonaHost(
+                settings=settings,
+                roster=roster,
+                cluster_addresses=cluster_addresses(),
+                history=self.conversations.load,
             ),
         )
-        self.runtime.services.deliveries = RouterDeliveries(self.directory)
         self.watcher: IdleWatcher | None = None
         if settings.idle_timeout is not None:
             self.watcher = IdleWatcher(

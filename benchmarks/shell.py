@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from coterie.actors.shell import ShellProcesses  # noqa: E402
-from coterie.runtime.context import Services, TurnContext  # noqa: E402
+from coterie.runtime.context import TurnContext, TurnSettings  # noqa: E402
+from coterie.runtime.services import Services  # noqa: E402
 from coterie.runtime.shell import LocalProcesses, scrubbed_env  # noqa: E402
 from coterie.runtime.testing import turn_context as make_ctx  # noqa: E402
 from coterie.tools.shell import ShellExecArgs, shell_exec  # noqa: E402
@@ -103,10 +104,8 @@ async def run(args: argparse.Namespace) -> Table:
     def ctx(svc: Any) -> TurnContext:
         return make_ctx(
             persona="bench",
-            workspace=ws,
-            persona_dir=ws.parent,
-            home=tmp / "home",
             services=Services(processes=svc),
+            settings=TurnSettings(workspace=ws, persona_dir=ws.parent, home=tmp / "home"),
         )
 
     def exec_(svc: Any, command: str, **kw: Any) -> Callable[[], Awaitable[Any]]:

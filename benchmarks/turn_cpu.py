@@ -61,7 +61,8 @@ from coterie.runtime.audit import AuditBuffer  # noqa: E402
 from coterie.runtime.config import RuntimeSettings, load_persona  # noqa: E402
 from coterie.runtime.messages import ConversationRecord, MessageEnvelope  # noqa: E402
 from coterie.runtime.models import build_model  # noqa: E402
-from coterie.runtime.persona import PersonaRuntime  # noqa: E402
+from coterie.runtime.persona import PersonaHost, PersonaRuntime  # noqa: E402
+from coterie.runtime.services import Services  # noqa: E402
 from coterie.tools import builtin_registry  # noqa: E402
 
 SCRIPTED = {"description": "Answers at once.", "model": {"provider": "scripted", "default": "pong"}}
@@ -106,7 +107,7 @@ def envelope(name: str, i: int) -> MessageEnvelope:
 
 
 def local_persona(
-    home: Path, name: str, spool: str, **kw: Any
+    home: Path, name: str, spool: str, host: PersonaHost | None = None
 ) -> tuple[PersonaRuntime, AuditBuffer]:
     """The persona in this process, its audit rows spooled and then dropped."""
     loaded = load_persona(home, name)
@@ -119,8 +120,8 @@ def local_persona(
         loaded,
         model=build_model(loaded.config.model),
         registry=builtin_registry(),
-        audit=buffer,
-        **kw,
+        services=Services(audit=buffer),
+        host=host,
     )
     return rt, buffer
 
@@ -156,7 +157,8 @@ async def fresh_conversations(home: Path, args: argparse.Namespace) -> float:
         return ConversationRecord()
 
     settings = RuntimeSettings()
-    rt, buffer = local_persona(home, name, "fresh", settings=settings, history_loader=no_history)
+    host = PersonaHost(settings=settings, history=no_history)
+    rt, buffer = local_persona(home, name, "fresh", host)
     count = itertools.count()
 
     async def turn(i: int) -> None:

@@ -1,8 +1,9 @@
 """coterie's plain-Python core, importable and testable without Ray.
 
 The turn core is flat — ``errors``, ``messages``, ``config``, ``context``,
-``services``, ``tool``, ``runner``, ``loop``, ``prompt``, ``persona``,
-``hub`` — and each concern has its subpackage: ``models`` (providers),
+``services``, ``tool``, ``runner``, ``loop``, ``mcp_source``, ``prompt``,
+``hub`` — beside the ``persona`` package (a persona's queues, turns and
+wiring), and each concern has its subpackage: ``models`` (providers),
 ``memory``, ``audit``, ``shell``, ``routing``, and ``testing`` (helpers the
 tests, benchmarks and demo share). Heavy modules (provider SDKs, DuckDB,
 Arrow, LanceDB, torch) load lazily where they are used.
@@ -19,7 +20,7 @@ from coterie.runtime.config import (
     persona_names,
     resolve_home,
 )
-from coterie.runtime.context import Conversation, Services, TurnContext
+from coterie.runtime.context import Conversation, TurnContext, TurnOutputs, TurnSettings
 from coterie.runtime.errors import (
     AuditQueryError,
     ConfigError,
@@ -47,9 +48,16 @@ from coterie.runtime.messages import (
     UserMessage,
 )
 from coterie.runtime.models import FunctionModel, Model, RulesModel, ScriptedModel, build_model
-from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.persona import Launchers, PersonaHost, PersonaRuntime
 from coterie.runtime.runner import ToolRunner
-from coterie.runtime.services import AuditSink, MemoryService, Messenger, NullAudit, ProcessService
+from coterie.runtime.services import (
+    AuditSink,
+    MemoryService,
+    Messenger,
+    NullAudit,
+    ProcessService,
+    Services,
+)
 from coterie.runtime.tool import ToolRegistry, ToolSpec, tool
 
 __all__ = [
@@ -62,6 +70,7 @@ __all__ = [
     "DeliveryError",
     "ErrorKind",
     "FunctionModel",
+    "Launchers",
     "MemoryService",
     "MessageEnvelope",
     "Messenger",
@@ -76,6 +85,7 @@ __all__ = [
     "Persona",
     "PersonaConfig",
     "PersonaConfigError",
+    "PersonaHost",
     "PersonaRuntime",
     "ProcessService",
     "ReplyEnvelope",
@@ -92,7 +102,9 @@ __all__ = [
     "TurnContext",
     "TurnFailedError",
     "TurnLoop",
+    "TurnOutputs",
     "TurnResult",
+    "TurnSettings",
     "UnknownPersonaError",
     "UserMessage",
     "build_model",

@@ -1,19 +1,34 @@
-"""The turn context: what a tool sees of the turn that called it.
+"""The turn context: what a tool reads about the turn that called it.
 
-Tools reach other actors only through :class:`Services` — the small protocols
-of :mod:`runtime.services`, implemented in-process or by ``actors`` (faked in
-unit tests) — and read the runtime's settings from ``ctx.settings``.
+A tool is ``async def fn(args: ArgsModel, ctx: TurnContext)``. The context
+is never part of the tool's schema, and it is read-only (frozen): a tool
+changes the turn only through the objects it is handed.
+
+``ctx`` itself holds the facts of the turn — whose turn it is, on which
+conversation, what started it, how deep it runs, who waits on it — and
+three objects beside them:
+
+- ``ctx.settings`` (:class:`TurnSettings`): what the persona's tools are
+  given — where the persona lives, its access level and network policy, the
+  secrets no result may show, its tool filter, the runtime's settings;
+  built once per persona and shared by its turns;
+- ``ctx.services`` (:class:`~runtime.services.Services`): the handles a tool
+  reaches the rest of the runtime through (the protocols of
+  :mod:`runtime.services`: messenger, memory, processes, delegations, …);
+- ``ctx.outputs`` (:class:`TurnOutputs`): what the turn's tools (and the
+  loop) set while it runs — ``end_task``'s classification, the question
+  ``ask_user`` asked, draft rounds, forced thinking, the running batch.
+
+:mod:`runtime.testing.context` builds one outside a persona (tests, scripts).
 """
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
-import weakref
-from collections.abc import Callable, Coroutine, Hashable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -32,65 +47,10 @@ from coterie.runtime.messages import (
     TodoItem,
     TurnContextKind,
 )
-from coterie.runtime.services import (
-    AuditSink,
-    DelegationService,
-    DeliveryService,
-    McpService,
-    MemoryService,
-    Messenger,
-    NullAudit,
-    ProcessService,
-)
+from coterie.runtime.services import AuditSink, Services
 
+#: Turn kinds that run with nobody reading along (they end with ``end_task``).
 BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
-
-
-class BackgroundTasks:
-    """Tasks a tool leaves running after its call (e.g. a completion watcher).
-
-    Owned by the persona: :meth:`aclose` cancels whatever is still running, so
-    nothing outlives the persona that started it.
-    """
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(
-        self, coro: Coroutine[Any, Any, Any], *, name: str | None = None
-    ) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    async def aclose(self) -> None:
-        tasks, self._tasks = list(self._tasks), set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class KeyedLocks:
-    """One asyncio lock per key, kept only while someone holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
-
-    def __call__(self, key: Hashable) -> asyncio.Lock:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[key] = lock
-        return lock
-
-    def __len__(self) -> int:
-        return len(self._locks)
 
 
 class EndTask(BaseModel):
@@ -103,115 +63,143 @@ class EndTask(BaseModel):
 
 @dataclass
 class Conversation:
-    """One conversation's state held by its persona."""
+    """One conversation's state held by its persona (it outlives each turn)."""
 
     id: str
+    #: Every message the model sees, oldest first (trimmed to the newest ones).
     history: list[ChatMessage] = field(default_factory=list)
+    #: The todo list ``todo_write`` keeps for this conversation.
     todos: list[TodoItem] = field(default_factory=list)
-    # What the persona asked the person (ask_user), until it is answered.
+    #: What the persona asked the person (``ask_user``), until it is answered.
     question: Question | None = None
 
 
-@dataclass
-class Services:
-    """Handles to the rest of the runtime (each may be absent), and what the
-    persona owns for its tools: background tasks and per-file locks."""
-
-    audit: AuditSink = field(default_factory=NullAudit)
-    messenger: Messenger | None = None
-    memory: MemoryService | None = None
-    processes: ProcessService | None = None
-    delegations: DelegationService | None = None
-    deliveries: DeliveryService | None = None
-    # The persona's MCP servers (runtime.mcp.McpHub), when it has any.
-    mcp: McpService | None = None
-    background: BackgroundTasks = field(default_factory=BackgroundTasks)
-    file_locks: KeyedLocks = field(default_factory=KeyedLocks)
+def _no_spill_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "coterie-spill"
 
 
-@dataclass
-class TurnContext:
-    """Everything a tool may read or change about the running turn."""
+@dataclass(frozen=True, slots=True)
+class TurnSettings:
+    """What a persona's tools are given: where they may work and what they
+    may do. Fixed for a persona (its turns share one); only ``secrets`` is
+    read again when the persona's ``.env`` changes."""
 
-    persona: str
-    conversation: Conversation
-    turn_id: str
-    context: TurnContextKind = "user"
-    depth: int = 0
-    tool_filter: ToolFilter = field(default_factory=ToolFilter)
-    thinking_mode: ThinkingMode = "auto"
-    force_thinking: bool = False
-    end_task: EndTask | None = None
-    think_reason: str | None = None
-    services: Services = field(default_factory=Services)
-    # Every persona on the runtime (name, description), this one included.
-    roster: list[tuple[str, str]] = field(default_factory=list)
-    # Personas waiting on this turn's messages, outermost first.
-    ask_path: list[str] = field(default_factory=list)
-    # Set when a new message arrives mid-turn: stop after the current tools.
-    interrupted: Callable[[], bool] = field(default=lambda: False)
-    spill_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "coterie-spill")
+    #: The persona's workspace, where file and shell tools work (None: no file tools).
     workspace: Path | None = None
-    # The persona's directory (<home>/personas/<name>) and the runtime home.
+    #: The persona's directory, ``<home>/personas/<name>`` (readable by its tools).
     persona_dir: Path | None = None
+    #: The runtime's home (other personas' directories under it are refused).
     home: Path | None = None
+    #: Where over-long tool results are spilled, one folder per turn.
+    spill_dir: Path = field(default_factory=_no_spill_dir)
+    #: ``full``, ``workspace`` (writes only inside the workspace) or ``readonly``.
     access: AccessLevel = "workspace"
-    settings: RuntimeSettings = field(default_factory=RuntimeSettings)
-    # What the persona's tools may reach, and the Ray cluster's own node
-    # addresses (refused unless allowed there).
+    #: What the tools may reach on the network (persona.yaml ``network``).
     network: NetworkSettings = field(default_factory=NetworkSettings)
+    #: The Ray cluster's own node addresses: refused unless ``network`` allows them.
     cluster_addresses: frozenset[str] = frozenset()
-    # Values no tool result may show (the persona's .env, provider keys), by name.
-    hidden: Mapping[str, str] = field(default_factory=dict)
-    # The assistant message whose calls are running (set by the loop): pushed
-    # work started by one batch reports back together.
-    batch_id: str = ""
-    # draft calls made on this turn (bounded).
-    drafts: int = 0
-    # Where the turn's (first) message came from: reply_to_origin answers there.
-    origin: Origin = field(default_factory=Origin)
-    # reply_to_origin was used on this turn (it may be, once).
-    replied_to_origin: bool = False
-    # The question ask_user ended the turn on.
-    question: Question | None = None
-    # The turn's own audit sink when someone listens to it (it forwards every
-    # event to the listeners too); else the persona's.
-    sink: AuditSink | None = None
-    # Streaming callers of this turn: they hear its events and text deltas.
-    on_event: Callable[[StreamItem], None] | None = None
+    #: Values no tool result may show (the persona's ``.env``, provider keys), by name.
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    #: The persona's allow/deny patterns of tool names.
+    tool_filter: ToolFilter = field(default_factory=ToolFilter)
+    #: The persona's thinking setting (``on``, ``off``, ``auto``).
+    thinking_mode: ThinkingMode = "auto"
+    #: The runtime's settings (web search, shell sandbox policy, limits…).
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
     def redact(self, text: str) -> str:
-        """``text`` with every hidden value replaced by ``[redacted:NAME]``."""
-        for name, value in sorted(self.hidden.items(), key=lambda kv: -len(kv[1])):
+        """``text`` with every secret value replaced by ``[redacted:NAME]``."""
+        for name, value in sorted(self.secrets.items(), key=lambda kv: -len(kv[1])):
             if value in text:
                 text = text.replace(value, f"[redacted:{name}]")
         return text
+
+
+@dataclass(slots=True)
+class TurnOutputs:
+    """What a turn's tools, and its loop, set while it runs; the loop reads
+    them to decide how the turn ends. One per turn."""
+
+    #: ``end_task``'s classification (also set by a successful ``ask_user``): the turn ends.
+    end_task: EndTask | None = None
+    #: The question ``ask_user`` ended the turn on.
+    question: Question | None = None
+    #: ``draft`` calls made on this turn (bounded).
+    drafts: int = 0
+    #: Thinking forced on for the rest of the turn (``think_harder``, the repeat guard).
+    force_thinking: bool = False
+    #: ``think_harder``'s short label (telemetry only).
+    think_reason: str | None = None
+    #: ``reply_to_origin`` was used on this turn (it may be, once).
+    replied_to_origin: bool = False
+    #: The batch of calls running now (set by the loop before each batch): the
+    #: pushed work one batch starts reports back together.
+    batch_id: str = ""
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """What a tool reads about the turn that called it (read-only), with the
+    settings, services and outputs it is handed."""
+
+    #: The persona whose turn it is.
+    persona: str
+    #: The conversation the turn runs on; the loop appends to its history.
+    conversation: Conversation
+    #: The turn's id (``turn_<hex>``): its audit events and spill folder carry it.
+    turn_id: str
+    #: What started the turn: ``user``, ``heartbeat``, ``cron``, ``subagent``, ``eval``.
+    kind: TurnContextKind = "user"
+    #: 0 for a persona's own turn, 1 inside a subagent (no delegation below the top).
+    depth: int = 0
+    #: Every persona on the runtime, (name, description), this one included.
+    roster: Sequence[tuple[str, str]] = ()
+    #: Personas waiting on this turn's messages, outermost first (ask cycles).
+    ask_path: Sequence[str] = ()
+    #: Where the turn's (first) message came from: ``reply_to_origin`` answers there.
+    origin: Origin = field(default_factory=Origin)
+    #: What the tools are given: paths, access, network, secrets, filters.
+    settings: TurnSettings = field(default_factory=TurnSettings)
+    #: Handles to the rest of the runtime, and what the persona owns for its tools.
+    services: Services = field(default_factory=Services)
+    #: What the tools set on this turn.
+    outputs: TurnOutputs = field(default_factory=TurnOutputs)
+    #: Whether a message arrived mid-turn: the loop stops after the current tools.
+    interrupted: Callable[[], bool] = _never
+    #: The turn's own audit sink while someone listens (it forwards every event
+    #: to the listeners too); else None and events go to ``services.audit``.
+    sink: AuditSink | None = None
+    #: Streaming callers of this turn: they hear its events and text deltas.
+    on_event: Callable[[StreamItem], None] | None = None
 
     @property
     def conversation_id(self) -> str:
         return self.conversation.id
 
     @property
-    def thinking_on(self) -> bool:
-        """Resolved thinking: escalation > persona setting > context default."""
-        if self.force_thinking or self.thinking_mode == "on":
-            return True
-        if self.thinking_mode == "off":
-            return False
-        return self.context != "user"
+    def audit(self) -> AuditSink:
+        """Where this turn's events go."""
+        return self.sink or self.services.audit
 
     @property
-    def audit(self) -> AuditSink:
-        return self.sink or self.services.audit
+    def thinking_on(self) -> bool:
+        """Resolved thinking: escalation > persona setting > turn kind default."""
+        if self.outputs.force_thinking or self.settings.thinking_mode == "on":
+            return True
+        if self.settings.thinking_mode == "off":
+            return False
+        return self.kind != "user"
 
 
 __all__ = [
     "BACKGROUND_CONTEXTS",
-    "BackgroundTasks",
     "Conversation",
     "EndTask",
-    "KeyedLocks",
-    "Services",
-    "TodoItem",
     "TurnContext",
+    "TurnOutputs",
+    "TurnSettings",
 ]

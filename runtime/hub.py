@@ -21,7 +21,7 @@ class LocalHub:
 
     def add(self, runtime: PersonaRuntime) -> None:
         self.personas[runtime.name] = runtime
-        runtime.messenger = self
+        runtime.services.messenger = self
 
     def roster(self) -> list[tuple[str, str]]:
         return [(n, p.persona.config.description) for n, p in sorted(self.personas.items())]

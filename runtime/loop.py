@@ -100,7 +100,7 @@ class RepeatGuard:
             self.count = self.count + 1 if key == self.last else 1
             self.last = key
             if self.count == 2:
-                ctx.force_thinking = True
+                ctx.outputs.force_thinking = True
             elif self.count >= 3:
                 blocked[i] = error_result(
                     "repeated_call",
@@ -160,13 +160,13 @@ class TurnLoop:
             if reply.text:
                 last_text = reply.text
             if not reply.tool_calls:
-                if ctx.context in BACKGROUND_CONTEXTS and "end_task" in tools:
+                if ctx.kind in BACKGROUND_CONTEXTS and "end_task" in tools:
                     await self._force_end_task(ctx, system, result, tools)
                 result.text = last_text
                 return self._finish(ctx, result)
             blocked = guard.check(reply.tool_calls, tools, ctx)
             outcomes = await self._run_tools(ctx, result, reply.tool_calls, tools, blocked)
-            if ctx.end_task is not None:
+            if ctx.outputs.end_task is not None:
                 result.text = last_text
                 return self._finish(ctx, result)
             if all(o.deferred for o in outcomes):
@@ -182,10 +182,11 @@ class TurnLoop:
     # ------------------------------------------------------------------
 
     def _finish(self, ctx: TurnContext, result: TurnResult) -> TurnResult:
-        result.question = ctx.question
-        if ctx.end_task is not None:
-            result.status = ctx.end_task.status
-            result.summary = ctx.end_task.summary or ctx.end_task.reason
+        outputs = ctx.outputs
+        result.question = outputs.question
+        if outputs.end_task is not None:
+            result.status = outputs.end_task.status
+            result.summary = outputs.end_task.summary or outputs.end_task.reason
             if not result.text and result.summary:
                 result.text = result.summary
         return result
@@ -212,7 +213,7 @@ class TurnLoop:
     ) -> list[ToolOutcome]:
         # The calls of one assistant message form one batch: the pushed work
         # they start reports back together (one grouped wake).
-        ctx.batch_id = f"{ctx.turn_id}/{result.steps}"
+        ctx.outputs.batch_id = f"{ctx.turn_id}/{result.steps}"
         outcomes = await self.runner.run_calls(calls, ctx, tools, blocked=blocked)
         for outcome in outcomes:
             self._append(
@@ -228,7 +229,7 @@ class TurnLoop:
         if ctx.services.delegations is not None:
             # The batch is complete (its results are in the history): its
             # group may report once all of its work is done.
-            ctx.services.delegations.seal(ctx.conversation_id, ctx.batch_id)
+            ctx.services.delegations.seal(ctx.conversation_id, ctx.outputs.batch_id)
         return outcomes
 
     async def _call(
@@ -253,7 +254,7 @@ class TurnLoop:
             thinking=ctx.thinking_on if thinking is None else thinking,
             max_tokens=self.max_tokens,
             step=result.steps,
-            context=ctx.context,
+            context=ctx.kind,
         )
         started = time.perf_counter()
         try:

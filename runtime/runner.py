@@ -192,9 +192,10 @@ class ToolRunner:
                 content=error_result("runner_exception", f"{type(exc).__name__}: {exc}"),
                 error_kind="runner_exception",
             )
-        if ctx.hidden:
+        settings = ctx.settings
+        if settings.secrets:
             # No tool result shows a secret, whatever the tool read or printed.
-            outcome.content = ctx.redact(outcome.content)
+            outcome.content = settings.redact(outcome.content)
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         ctx.audit.record(
             ToolFinished(
@@ -253,9 +254,11 @@ class ToolRunner:
         if inspect.isawaitable(value):  # a tool that returned a coroutine by mistake
             value = await value
         text = cap_output(
-            ctx.redact(to_text(value)),
+            ctx.settings.redact(to_text(value)),
             cap=self.output_cap,
-            spill_path=ctx.spill_dir / safe_name(ctx.turn_id) / f"{safe_name(call.id)}.txt",
+            spill_path=ctx.settings.spill_dir
+            / safe_name(ctx.turn_id)
+            / f"{safe_name(call.id)}.txt",
         )
         handle = value.handle if isinstance(value, Deferred) else None
         return ToolOutcome(call, text, None, terminal=spec.terminal, handle=handle)

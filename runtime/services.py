@@ -3,7 +3,8 @@
 Small protocols, defined here and implemented elsewhere: in-process in
 ``runtime`` (a hub, a memory server, a local process table — for tests and
 single-process use) and over Ray in ``actors``. A tool sees them on its turn
-context (``ctx.services``); it never imports an implementation.
+context (``ctx.services``, a :class:`Services`); it never imports an
+implementation.
 
 Results are typed (the records of :mod:`runtime.memory.records` and
 :mod:`runtime.shell.records`): callers read fields, not dict keys. Input
@@ -12,6 +13,10 @@ problems the model should read raise :class:`~runtime.errors.ToolError`.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from collections.abc import Coroutine, Hashable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -217,12 +222,93 @@ class McpService(Protocol):
     ) -> McpPromptResult: ...
 
 
+class BackgroundTasks:
+    """Tasks a tool leaves running after its call (e.g. a completion watcher).
+
+    Owned by the persona: :meth:`aclose` cancels whatever is still running, so
+    nothing outlives the persona that started it.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], *, name: str | None = None
+    ) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def aclose(self) -> None:
+        tasks, self._tasks = list(self._tasks), set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class KeyedLocks:
+    """One asyncio lock per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def __call__(self, key: Hashable) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        return lock
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+@dataclass
+class Services:
+    """The services a persona's tools are handed (``ctx.services``).
+
+    The first five are handles to the rest of the runtime, given to the
+    persona (each may be absent: its tools then hide); the rest the persona
+    owns and stops when it closes: its delegated work, its MCP servers, the
+    tasks tools leave running and the per-file locks of its file tools.
+    """
+
+    #: Where turn events go (the audit log's buffer).
+    audit: AuditSink = field(default_factory=NullAudit)
+    #: Delivery between personas (send_to_persona, ask_persona, mirrored replies).
+    messenger: Messenger | None = None
+    #: The persona's long-term memory (memory, recall, the user model).
+    memory: MemoryService | None = None
+    #: The persona's shell processes (shell_exec, process).
+    processes: ProcessService | None = None
+    #: Messages out to people through the running connectors.
+    deliveries: DeliveryService | None = None
+    #: Pushed work the persona delegated (subagents, coding agents).
+    delegations: DelegationService | None = None
+    #: The persona's MCP servers (runtime.mcp.McpHub), when it has any.
+    mcp: McpService | None = None
+    #: Tasks tools leave running after their call.
+    background: BackgroundTasks = field(default_factory=BackgroundTasks)
+    #: One lock per file path, so two edits of one file never interleave.
+    file_locks: KeyedLocks = field(default_factory=KeyedLocks)
+
+
 __all__ = [
     "AuditSink",
+    "BackgroundTasks",
     "DelegationService",
+    "DeliveryService",
+    "KeyedLocks",
     "McpService",
     "MemoryService",
     "Messenger",
     "NullAudit",
     "ProcessService",
+    "Services",
 ]

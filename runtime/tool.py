@@ -3,7 +3,9 @@
 A tool is a typed async function ``fn(args, ctx)``: ``args`` is one pydantic
 model — the single source of the JSON schema the model sees and of argument
 validation — and ``ctx`` is the :class:`~runtime.context.TurnContext`, never
-part of the schema.
+part of the schema. A tool reads its turn from ``ctx``, what it is given
+from ``ctx.settings``, reaches the runtime through ``ctx.services`` and
+reports through ``ctx.outputs``.
 """
 
 from __future__ import annotations
@@ -236,13 +238,14 @@ class ToolRegistry:
         """
         offered: dict[str, ToolSpec] = {}
         # The two lists' matchers once per call, not once per tool and list.
-        allowed = _one_pattern(tuple(ctx.tool_filter.allow))
-        denied = _one_pattern(tuple(ctx.tool_filter.deny))
+        tool_filter = ctx.settings.tool_filter
+        allowed = _one_pattern(tuple(tool_filter.allow))
+        denied = _one_pattern(tuple(tool_filter.deny))
         specs: Iterable[ToolSpec] = self._specs.values()
         if extra and ctx.depth == 0:  # subagents get the registered tools only
             specs = [*specs, *(s for s in extra if s.name not in self._specs)]
         for spec in specs:
-            if not spec.offered_in(ctx.context):
+            if not spec.offered_in(ctx.kind):
                 continue
             if allowed(spec.name) is None or denied(spec.name) is not None:
                 continue

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from coterie.runtime.config import RuntimeSettings, load_persona
-from coterie.runtime.context import TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.runtime.messages import (
     AssistantMessage,
@@ -26,7 +26,7 @@ from coterie.runtime.messages import (
     UserMessage,
 )
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text
-from coterie.runtime.persona import PersonaRuntime, trim_history
+from coterie.runtime.persona import HistoryLoader, PersonaHost, PersonaRuntime, trim_history
 from coterie.runtime.runner import ToolRunner, remove_old_spills, safe_name
 from coterie.runtime.shell import LocalProcesses, StartSpec, scrubbed_env
 from coterie.runtime.tool import tool
@@ -35,15 +35,17 @@ from tests.helpers import make_ctx, scripted, write_persona
 
 
 def runtime(
-    tmp_path: Path, model: FunctionModel, settings: RuntimeSettings, **kw: object
+    tmp_path: Path,
+    model: FunctionModel,
+    settings: RuntimeSettings,
+    history_loader: HistoryLoader | None = None,
 ) -> PersonaRuntime:
     write_persona(tmp_path, "solo", scripted())
     return PersonaRuntime(
         load_persona(tmp_path, "solo"),
         model=model,
         registry=builtin_registry(),
-        settings=settings,
-        **kw,  # type: ignore[arg-type]
+        host=PersonaHost(settings=settings, history=history_loader),
     )
 
 
@@ -163,7 +165,7 @@ async def flood(args: NoArgs, ctx: TurnContext) -> str:
 
 async def test_a_hostile_call_id_cannot_place_a_spill_file_elsewhere(tmp_path: Path) -> None:
     spill = tmp_path / "spill"
-    ctx = make_ctx(spill_dir=spill)
+    ctx = make_ctx(settings=TurnSettings(spill_dir=spill))
     hostile = ToolCall(id="../../../outside", name="flood")
     [outcome] = await ToolRunner(output_cap=1_000).run_calls([hostile], ctx, {"flood": flood})
     files = [p for p in tmp_path.rglob("*") if p.is_file()]

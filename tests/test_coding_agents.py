@@ -25,8 +25,8 @@ from coterie.runtime.messages import (
     UserMessage,
 )
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text, tool_call
-from coterie.runtime.persona import PersonaRuntime
-from coterie.runtime.services import NullAudit
+from coterie.runtime.persona import Launchers, PersonaRuntime
+from coterie.runtime.services import NullAudit, Services
 from coterie.runtime.shell.sandbox import bwrap_available
 from coterie.tools import builtin_registry
 from tests.fakes.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
@@ -84,8 +84,8 @@ def make(home: Path) -> tuple[PersonaRuntime, NullAudit]:
         load_persona(home, "coder"),
         model=FunctionModel(delegate),
         registry=builtin_registry(),
-        audit=audit,
-        coding_agents=LocalCodingAgents(audit=audit),
+        services=Services(audit=audit),
+        launchers=Launchers(coding_agents=LocalCodingAgents(audit=audit)),
     )
     return rt, audit
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coterie.runtime.context import TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.tools._edit import edit_text, replace
 from coterie.tools.files import FileEditArgs, file_edit
@@ -182,24 +182,28 @@ def test_lf_file_stays_lf() -> None:
 def ctx_for(tmp_path: Path) -> TurnContext:
     ws = tmp_path / "personas" / "tester" / "workspace"
     ws.mkdir(parents=True, exist_ok=True)
-    return make_ctx(workspace=ws, persona_dir=ws.parent, home=tmp_path, access="workspace")
+    return make_ctx(
+        settings=TurnSettings(
+            workspace=ws, persona_dir=ws.parent, home=tmp_path, access="workspace"
+        )
+    )
 
 
 async def test_tool_reports_matcher_and_lines(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
-    assert ctx.workspace is not None
-    (ctx.workspace / "x.py").write_text("a\n    b  \nc\n")
+    assert ctx.settings.workspace is not None
+    (ctx.settings.workspace / "x.py").write_text("a\n    b  \nc\n")
     out = await file_edit.fn(FileEditArgs(path="x.py", old_text="b", new_text="B"), ctx)
     assert out == "edited x.py (exact match, line 2)"
     out = await file_edit.fn(FileEditArgs(path="x.py", old_text="B\nc", new_text="q\nr"), ctx)
     assert out == "edited x.py (line-trimmed match, lines 2–3)"
-    assert (ctx.workspace / "x.py").read_text() == "a\n    q\nr\n"
+    assert (ctx.settings.workspace / "x.py").read_text() == "a\n    q\nr\n"
 
 
 async def test_tool_keeps_crlf_and_bom_on_disk(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
-    assert ctx.workspace is not None
-    path = ctx.workspace / "w.txt"
+    assert ctx.settings.workspace is not None
+    path = ctx.settings.workspace / "w.txt"
     path.write_bytes(b"\xef\xbb\xbfhello\r\nworld\r\n")
     await file_edit.fn(FileEditArgs(path="w.txt", old_text="world", new_text="there"), ctx)
     assert path.read_bytes() == b"\xef\xbb\xbfhello\r\nthere\r\n"
@@ -214,19 +218,19 @@ async def test_tool_missing_file(tmp_path: Path) -> None:
 
 async def test_failed_edit_leaves_file_alone(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
-    assert ctx.workspace is not None
-    path = ctx.workspace / "d.txt"
+    assert ctx.settings.workspace is not None
+    path = ctx.settings.workspace / "d.txt"
     path.write_text("x\nx\n")
     with pytest.raises(ToolError):
         await file_edit.fn(FileEditArgs(path="d.txt", old_text="x", new_text="y"), ctx)
     assert path.read_text() == "x\nx\n"
-    assert sorted(p.name for p in ctx.workspace.iterdir()) == ["d.txt"]
+    assert sorted(p.name for p in ctx.settings.workspace.iterdir()) == ["d.txt"]
 
 
 async def test_concurrent_edits_to_one_file_are_serialized(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
-    assert ctx.workspace is not None
-    path = ctx.workspace / "many.txt"
+    assert ctx.settings.workspace is not None
+    path = ctx.settings.workspace / "many.txt"
     n = 30
     path.write_text("".join(f"item{i}\n" for i in range(n)))
     calls = [

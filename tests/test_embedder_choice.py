@@ -26,6 +26,7 @@ from coterie.runtime.memory.server import open_store_with_choice, recorded_embed
 from coterie.runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
 from coterie.runtime.models.scripted import ScriptedModel, tool_call
 from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.services import Services
 from coterie.tools import builtin_registry
 from tests.helpers import hashing_embeddings, scripted, serve_embeddings, write_persona
 
@@ -216,7 +217,7 @@ async def test_full_text_only_through_the_recall_tool(
         persona,
         model=model,
         registry=builtin_registry(),
-        memory=MemoryClient(fts_server, "ana"),
+        services=Services(memory=MemoryClient(fts_server, "ana")),
     )
     await runtime.handle(MessageEnvelope(recipient="ana", conversation_id="ana:t", text="go"))
     saved, found = [

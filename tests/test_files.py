@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coterie.runtime.context import TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.runtime.tool import ToolRegistry, ToolSpec
 from coterie.tools import files as F
@@ -24,12 +24,16 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def ctx_for(tmp_path: Path, access: str = "workspace") -> TurnContext:
     ws = tmp_path / "home" / "personas" / "tester" / "workspace"
     ws.mkdir(parents=True, exist_ok=True)
-    return make_ctx(workspace=ws, persona_dir=ws.parent, home=tmp_path / "home", access=access)
+    return make_ctx(
+        settings=TurnSettings(
+            workspace=ws, persona_dir=ws.parent, home=tmp_path / "home", access=access
+        )
+    )
 
 
 def ws(ctx: TurnContext) -> Path:
-    assert ctx.workspace is not None
-    return ctx.workspace
+    assert ctx.settings.workspace is not None
+    return ctx.settings.workspace
 
 
 async def call(spec: ToolSpec, ctx: TurnContext, **args: Any) -> str:
@@ -100,9 +104,9 @@ async def test_read_errors(tmp_path: Path) -> None:
 
 async def test_read_persona_dir_and_temp_by_absolute_path(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path, access="readonly")
-    assert ctx.persona_dir is not None
-    (ctx.persona_dir / "SOUL.md").write_text("You are tester.\n")
-    out = await call(F.file_read, ctx, path=str(ctx.persona_dir / "SOUL.md"))
+    assert ctx.settings.persona_dir is not None
+    (ctx.settings.persona_dir / "SOUL.md").write_text("You are tester.\n")
+    out = await call(F.file_read, ctx, path=str(ctx.settings.persona_dir / "SOUL.md"))
     assert "You are tester." in out
     scratch = Path(tempfile.gettempdir()) / "coterie-tester"
     scratch.mkdir()
@@ -140,8 +144,8 @@ async def test_write_caps_and_errors(tmp_path: Path) -> None:
 
 async def test_workspace_access_refuses_writes_outside_workspace(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path, access="workspace")
-    assert ctx.persona_dir is not None
-    target = ctx.persona_dir / "persona.yaml"
+    assert ctx.settings.persona_dir is not None
+    target = ctx.settings.persona_dir / "persona.yaml"
     err = await error(F.file_write, ctx, path=str(target), content="x")
     assert err.kind == "path_denied" and not target.exists()
     err = await error(F.file_write, ctx, path="../notes.md", content="x")
@@ -150,9 +154,9 @@ async def test_workspace_access_refuses_writes_outside_workspace(tmp_path: Path)
 
 async def test_full_access_writes_persona_dir_and_temp(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path, access="full")
-    assert ctx.persona_dir is not None
-    await call(F.file_write, ctx, path=str(ctx.persona_dir / "notes.md"), content="n")
-    assert (ctx.persona_dir / "notes.md").read_text() == "n"
+    assert ctx.settings.persona_dir is not None
+    await call(F.file_write, ctx, path=str(ctx.settings.persona_dir / "notes.md"), content="n")
+    assert (ctx.settings.persona_dir / "notes.md").read_text() == "n"
     scratch = Path(tempfile.gettempdir()) / "coterie-tester" / "s.txt"
     await call(F.file_write, ctx, path=str(scratch), content="s")
     assert scratch.read_text() == "s"

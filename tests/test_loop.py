@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from coterie.runtime.context import Services
+from coterie.runtime.context import TurnSettings
 from coterie.runtime.errors import ModelError
 from coterie.runtime.hub import LocalHub
 from coterie.runtime.loop import STEP_LIMIT_NOTE, TurnLoop
@@ -19,6 +19,7 @@ from coterie.runtime.messages import (
     UserMessage,
 )
 from coterie.runtime.models.scripted import FunctionModel, ScriptedModel, tool_call
+from coterie.runtime.services import Services
 from coterie.tools import builtin_registry
 from tests.helpers import make_ctx
 
@@ -112,7 +113,7 @@ async def test_repeat_guard_forces_thinking_then_blocks() -> None:
     model = ScriptedModel(
         [AssistantMessage(tool_calls=[tool_call("todo_write", same)]) for _ in range(3)] + ["stop"]
     )
-    ctx = make_ctx(thinking_mode="off")
+    ctx = make_ctx(settings=TurnSettings(thinking_mode="off"))
     await loop_for(model).run(ctx, system="s")
     assert [r.thinking for r in model.requests] == [False, False, True, True]
     results = [m for m in ctx.conversation.history if isinstance(m, ToolResultMessage)]
@@ -123,7 +124,7 @@ async def test_allow_repeat_tools_are_exempt() -> None:
     model = ScriptedModel(
         [AssistantMessage(tool_calls=[tool_call("clock")]) for _ in range(4)] + ["x"]
     )
-    ctx = make_ctx(thinking_mode="off")
+    ctx = make_ctx(settings=TurnSettings(thinking_mode="off"))
     await loop_for(model).run(ctx, system="s")
     model.assert_consumed()
     results = [m for m in ctx.conversation.history if isinstance(m, ToolResultMessage)]
@@ -154,21 +155,21 @@ async def test_think_harder_escalates_and_hides_itself() -> None:
     model = ScriptedModel(
         [AssistantMessage(tool_calls=[tool_call("think_harder", {"reason": "r" * 500})]), "deep"]
     )
-    ctx = make_ctx(thinking_mode="auto", context="user")
+    ctx = make_ctx(kind="user", settings=TurnSettings(thinking_mode="auto"))
     await loop_for(model).run(ctx, system="s")
     first, second = model.requests
     assert "think_harder" in [t.name for t in first.tools] and not first.thinking
     assert "think_harder" not in [t.name for t in second.tools] and second.thinking
     result = next(m for m in ctx.conversation.history if isinstance(m, ToolResultMessage))
     assert "r" * 10 not in result.content  # the reason is never echoed
-    assert ctx.think_reason == "r" * 80
+    assert ctx.outputs.think_reason == "r" * 80
 
 
 async def test_thinking_resolution() -> None:
-    assert make_ctx(thinking_mode="auto", context="user").thinking_on is False
-    assert make_ctx(thinking_mode="auto", context="cron").thinking_on is True
-    assert make_ctx(thinking_mode="off", context="cron").thinking_on is False
-    assert make_ctx(thinking_mode="on", context="user").thinking_on is True
+    assert make_ctx(kind="user", settings=TurnSettings(thinking_mode="auto")).thinking_on is False
+    assert make_ctx(kind="cron", settings=TurnSettings(thinking_mode="auto")).thinking_on is True
+    assert make_ctx(kind="cron", settings=TurnSettings(thinking_mode="off")).thinking_on is False
+    assert make_ctx(kind="user", settings=TurnSettings(thinking_mode="on")).thinking_on is True
 
 
 async def test_background_turn_gets_forced_end_task() -> None:
@@ -178,7 +179,7 @@ async def test_background_turn_gets_forced_end_task() -> None:
             AssistantMessage(tool_calls=[tool_call("end_task", {"status": "skipped"})]),
         ]
     )
-    ctx = make_ctx(context="heartbeat")
+    ctx = make_ctx(kind="heartbeat")
     result = await loop_for(model).run(ctx, system="s")
     model.assert_consumed()
     forced = model.requests[1]
@@ -190,7 +191,7 @@ async def test_background_turn_gets_forced_end_task() -> None:
 
 async def test_user_turn_is_not_forced() -> None:
     model = ScriptedModel(["plain"])
-    await loop_for(model).run(make_ctx(context="user"), system="s")
+    await loop_for(model).run(make_ctx(kind="user"), system="s")
     model.assert_consumed()
 
 
@@ -226,15 +227,20 @@ async def test_tool_filters_allow_deny_context_and_depth() -> None:
 
     reg = builtin_registry()
     names = lambda ctx: sorted(reg.visible(ctx))  # noqa: E731
-    assert names(make_ctx(tool_filter=ToolFilter(allow=["todo_*"]))) == ["todo_read", "todo_write"]
+    assert names(make_ctx(settings=TurnSettings(tool_filter=ToolFilter(allow=["todo_*"])))) == [
+        "todo_read",
+        "todo_write",
+    ]
     everything = names(make_ctx())
     assert "clock" in everything
-    denied = names(make_ctx(tool_filter=ToolFilter(deny=["clo?k"])))
+    denied = names(make_ctx(settings=TurnSettings(tool_filter=ToolFilter(deny=["clo?k"]))))
     assert denied == [n for n in everything if n != "clock"]  # exactly clock went
     # think_harder is for user turns only (and only while thinking is off).
-    assert "think_harder" in names(make_ctx(thinking_mode="off"))
-    assert "think_harder" not in names(make_ctx(context="cron", thinking_mode="off"))
-    assert "think_harder" not in names(make_ctx(thinking_mode="on"))
+    assert "think_harder" in names(make_ctx(settings=TurnSettings(thinking_mode="off")))
+    assert "think_harder" not in names(
+        make_ctx(kind="cron", settings=TurnSettings(thinking_mode="off"))
+    )
+    assert "think_harder" not in names(make_ctx(settings=TurnSettings(thinking_mode="on")))
     # Depth: the delegation tools are offered at the top, never below it.
     peers = {"roster": [("tester", ""), ("other", "")], "services": Services(messenger=LocalHub())}
     delegation = {"ask_persona", "send_to_persona", "list_personas"}
@@ -248,7 +254,7 @@ async def test_tool_filters_allow_deny_context_and_depth() -> None:
 async def test_the_turn_context_reaches_the_model() -> None:
     model = FunctionModel(lambda request: f"context={request.context}")
     for context in ("user", "heartbeat", "cron"):
-        ctx = make_ctx(context=context)
+        ctx = make_ctx(kind=context)
         await loop_for(model).run(ctx, system="s")
     # A background turn's forced end_task request (the second of each) carries
     # its context too.

@@ -1,7 +1,7 @@
 """Scripted personas calling real MCP servers, in-process and on Ray.
 
 Servers: ``mcp-server-time`` (PyPI), ``@modelcontextprotocol/server-everything``
-(npm, installed by .ci/run into .mcp-servers/) and the test's own misbehaving
+(npm, installed by tests/run.sh into .mcp-servers/) and the test's own misbehaving
 server for hangs and crashes.
 """
 
@@ -23,7 +23,7 @@ from coterie.runtime.errors import ToolError
 from coterie.runtime.messages import MessageEnvelope, ToolFinished
 from coterie.runtime.models import build_model
 from coterie.runtime.persona import PersonaRuntime
-from coterie.runtime.services import NullAudit
+from coterie.runtime.services import NullAudit, Services
 from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
 from tests.mcp_fixtures.everything import EVERYTHING, free_port, serve_everything_http, stop
@@ -41,8 +41,6 @@ MISBEHAVE = {"command": sys.executable, "args": [str(MISBEHAVING)], "timeout": 2
 
 
 def everything() -> dict[str, Any]:
-    if not EVERYTHING.exists():
-        pytest.fail(f"{EVERYTHING} is missing: run .ci/run's npm install for the MCP servers")
     return {"command": "node", "args": [str(EVERYTHING), "stdio"]}
 
 
@@ -84,12 +82,16 @@ async def run_once(home: Path, name: str, text: str = "go") -> Run:
     persona = load_persona(home, name)
     audit = NullAudit()
     rt = PersonaRuntime(
-        persona, model=build_model(persona.config.model), registry=builtin_registry(), audit=audit
+        persona,
+        model=build_model(persona.config.model),
+        registry=builtin_registry(),
+        services=Services(audit=audit),
     )
     reply = await rt.handle(MessageEnvelope(recipient=name, conversation_id="c1", text=text))
     return reply, audit, rt
 
 
+@pytest.mark.needs("server-everything")
 async def test_a_persona_calls_time_and_everything_tools(tmp_path: Path) -> None:
     (tmp_path / "mcp.json").write_text(
         json.dumps(servers(time=TIME, everything=everything())), encoding="utf-8"
@@ -120,6 +122,7 @@ async def test_a_persona_calls_time_and_everything_tools(tmp_path: Path) -> None
         await rt.aclose()
 
 
+@pytest.mark.needs("server-everything")
 async def test_a_persona_calls_a_streamable_http_server(tmp_path: Path) -> None:
     port = free_port()
     proc = serve_everything_http(port, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)})

@@ -7,6 +7,7 @@ servers are in tests/test_mcp_session.py and tests/test_mcp_persona.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from coterie.runtime.config import ToolFilter
-from coterie.runtime.context import Services
+from coterie.runtime.context import TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.runtime.mcp import hub as hub_module
 from coterie.runtime.mcp.hub import McpHub
@@ -28,9 +29,10 @@ from coterie.runtime.mcp.records import (
     McpServerStatus,
     McpToolInfo,
 )
-from coterie.runtime.mcp.source import McpToolSource, render_result, tool_name
+from coterie.runtime.mcp_source import McpToolSource, render_result, tool_name
 from coterie.runtime.messages import ToolCall
 from coterie.runtime.runner import ToolRunner
+from coterie.runtime.services import Services
 from coterie.tools import builtin_registry
 from tests.helpers import make_ctx, scripted, write_persona
 
@@ -135,8 +137,10 @@ def ctx_for(hub: McpHub, tmp_path: Path, **filters: list[str]) -> Any:
     services = Services(mcp=hub)
     return make_ctx(
         services=services,
-        tool_filter=ToolFilter(**filters) if filters else ToolFilter(),
-        spill_dir=tmp_path / "spill",
+        settings=TurnSettings(
+            tool_filter=ToolFilter(**filters) if filters else ToolFilter(),
+            spill_dir=tmp_path / "spill",
+        ),
     )
 
 
@@ -203,8 +207,7 @@ async def test_allow_and_deny_patterns_apply_to_server_tools(
 async def test_subagents_get_no_server_tools(tmp_path: Path, clients: list[StandIn]) -> None:
     hub = make_hub(tmp_path, clients, {"clock": {"command": "x"}})
     await hub.refresh()
-    ctx = ctx_for(hub, tmp_path)
-    ctx.depth = 1
+    ctx = dataclasses.replace(ctx_for(hub, tmp_path), depth=1)
     assert not any("__" in n for n in offer(hub, ctx))
 
 
@@ -314,7 +317,7 @@ def test_tool_names_are_safe_and_bounded() -> None:
 
 
 def test_structured_content_is_shown_once(tmp_path: Path) -> None:
-    ctx = make_ctx(spill_dir=tmp_path)
+    ctx = make_ctx(settings=TurnSettings(spill_dir=tmp_path))
     both = McpCallResult(content=[McpContent(type="text", text='{"t": 1}')], structured={"t": 1})
     assert render_result(ctx, both) == '{"t": 1}'
     wrapped = McpCallResult(content=[McpContent(type="text", text="7")], structured={"result": 7})

@@ -14,6 +14,7 @@ from coterie.runtime.memory import HashingEmbedder, MemoryClient, MemoryServer, 
 from coterie.runtime.messages import AssistantMessage, MessageEnvelope, ToolResultMessage
 from coterie.runtime.models.scripted import ScriptedModel, tool_call
 from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.services import Services
 from coterie.tools import builtin_registry
 from tests.helpers import make_ctx, scripted, write_persona
 
@@ -34,7 +35,7 @@ def persona_with(
         persona,
         model=model,
         registry=builtin_registry(),
-        memory=MemoryClient(MemoryServer.serving(store), name),
+        services=Services(memory=MemoryClient(MemoryServer.serving(store), name)),
     )
     return runtime, model
 

@@ -7,13 +7,13 @@ import ipaddress
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from coterie.runtime.config import NetworkSettings, RuntimeSettings, WebSettings
+from coterie.runtime.context import TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.tools._netpolicy import NetworkPolicy, parse_ip
 from coterie.tools._web import PolicyResolver
@@ -146,8 +146,10 @@ def test_refusal_names_host_address_and_remedy() -> None:
 
 def test_policy_from_the_turn_context() -> None:
     ctx = make_ctx(
-        network=NetworkSettings(allow=["10.0.0.0/8", "db.internal"]),
-        cluster_addresses=frozenset({"8.8.8.8"}),
+        settings=TurnSettings(
+            network=NetworkSettings(allow=["10.0.0.0/8", "db.internal"]),
+            cluster_addresses=frozenset({"8.8.8.8"}),
+        )
     )
     policy = network_policy(ctx)
     assert policy.refusal(ipaddress.ip_address("10.2.3.4")) is None
@@ -249,20 +251,26 @@ async def server() -> AsyncIterator[Server]:
         await runner.cleanup()
 
 
-async def fetch(url: str, allow: list[str] | None = None, **ctx_fields: Any) -> str:
+async def fetch(
+    url: str, allow: list[str] | None = None, cluster_addresses: frozenset[str] = frozenset()
+) -> str:
     ctx = make_ctx(
-        settings=RuntimeSettings(web=WebSettings(fetch_timeout=5, connect_timeout=2)),
-        network=NetworkSettings(allow=allow or []),
-        **ctx_fields,
+        settings=TurnSettings(
+            runtime=RuntimeSettings(web=WebSettings(fetch_timeout=5, connect_timeout=2)),
+            network=NetworkSettings(allow=allow or []),
+            cluster_addresses=cluster_addresses,
+        )
     )
     result = await web_fetch.fn(WebFetchArgs(url=url), ctx)
     assert isinstance(result, str)
     return result
 
 
-async def fetch_error(url: str, allow: list[str] | None = None, **ctx_fields: Any) -> ToolError:
+async def fetch_error(
+    url: str, allow: list[str] | None = None, cluster_addresses: frozenset[str] = frozenset()
+) -> ToolError:
     with pytest.raises(ToolError) as info:
-        await fetch(url, allow, **ctx_fields)
+        await fetch(url, allow, cluster_addresses)
     return info.value
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from coterie.runtime.context import TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.runtime.testing import turn_context
 from coterie.runtime.tool import ToolSpec
@@ -55,7 +55,9 @@ class World:
 
     def ctx(self) -> TurnContext:
         return turn_context(
-            workspace=self.ws, persona_dir=self.me, home=self.home, access="workspace"
+            settings=TurnSettings(
+                workspace=self.ws, persona_dir=self.me, home=self.home, access="workspace"
+            )
         )
 
     def outside_tree(self) -> dict[str, bytes | None]:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coterie.runtime.context import TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.runtime.tool import ToolSpec
 from coterie.tools import files as F
@@ -70,7 +70,11 @@ class World:
         (self.ws / "loop").symlink_to(self.ws / "loop")
 
     def ctx(self, access: str) -> TurnContext:
-        return make_ctx(workspace=self.ws, persona_dir=self.me, home=self.home, access=access)
+        return make_ctx(
+            settings=TurnSettings(
+                workspace=self.ws, persona_dir=self.me, home=self.home, access=access
+            )
+        )
 
 
 @contextlib.contextmanager

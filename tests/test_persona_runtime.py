@@ -22,8 +22,8 @@ from coterie.runtime.messages import (
 )
 from coterie.runtime.models.openai_chat import OpenAIChatModel
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text
-from coterie.runtime.persona import PersonaRuntime
-from coterie.runtime.services import NullAudit
+from coterie.runtime.persona import PersonaHost, PersonaRuntime
+from coterie.runtime.services import NullAudit, Services
 from coterie.tools import builtin_registry
 from tests.fakes import FakeOpenAIServer
 from tests.helpers import scripted, write_persona
@@ -43,7 +43,9 @@ def env(text: str, conv: str = "solo:test") -> MessageEnvelope:
 
 async def test_reply_correlates_and_system_prompt(tmp_path: Path) -> None:
     model = FunctionModel(lambda r: f"echo: {latest_user_text(r)}")
-    rt = make_runtime(tmp_path, model, roster=[("solo", "me"), ("other", "the other one")])
+    rt = make_runtime(
+        tmp_path, model, host=PersonaHost(roster=[("solo", "me"), ("other", "the other one")])
+    )
     message = env("hello")
     reply = await rt.handle(message)
     assert reply.reply_to == message.id and reply.text == "echo: hello" and reply.status == "ok"
@@ -94,7 +96,9 @@ async def test_a_proxy_page_instead_of_a_completion_fails_the_turn_readably(tmp_
             {"provider": "openai", "name": "gpt-test", "base_url": srv.base_url, "max_retries": 0}
         )
         audit = NullAudit()
-        rt = make_runtime(tmp_path, OpenAIChatModel(config, api_key="sk-test"), audit=audit)  # type: ignore[arg-type]
+        rt = make_runtime(
+            tmp_path, OpenAIChatModel(config, api_key="sk-test"), services=Services(audit=audit)
+        )  # type: ignore[arg-type]
         try:
             reply = await rt.handle(env("hi"))
             again = await rt.handle(env("hi again"))
@@ -123,7 +127,7 @@ async def test_model_failure_becomes_error_reply(tmp_path: Path) -> None:
         return "fine"
 
     audit = NullAudit()
-    rt = make_runtime(tmp_path, FunctionModel(fail_once), audit=audit)
+    rt = make_runtime(tmp_path, FunctionModel(fail_once), services=Services(audit=audit))
     reply = await rt.handle(env("hi"))
     assert reply.status == "error"
     assert reply.error == (
@@ -152,7 +156,7 @@ async def test_history_loader_used_once_per_conversation(tmp_path: Path) -> None
         return ConversationRecord(messages=[UserMessage(text="from before")])
 
     model = FunctionModel(lambda r: str(len(r.messages)))
-    rt = make_runtime(tmp_path, model, history_loader=loader)
+    rt = make_runtime(tmp_path, model, host=PersonaHost(history=loader))
     assert (await rt.handle(env("now"))).text == "2"
     assert (await rt.handle(env("later"))).text == "4"
     assert loads == ["solo:test"]
@@ -182,7 +186,7 @@ async def test_close_if_idle_only_when_nothing_runs(tmp_path: Path) -> None:
         return "done"
 
     processes = Processes()
-    rt = make_runtime(tmp_path, FunctionModel(slow), processes=processes)
+    rt = make_runtime(tmp_path, FunctionModel(slow), services=Services(processes=processes))
     turn = asyncio.create_task(rt.handle(env("work")))
     await asyncio.wait_for(started.wait(), 30)
     assert not await rt.close_if_idle(0.0)  # a turn is running
@@ -226,8 +230,9 @@ async def test_a_turn_that_fails_before_the_model_still_ends_in_the_log(tmp_path
     rt = make_runtime(
         tmp_path,
         FunctionModel(lambda r: "never asked"),
-        audit=audit,
-        memory=BrokenMemory(RuntimeError("a bug in the memory client")),
+        services=Services(
+            audit=audit, memory=BrokenMemory(RuntimeError("a bug in the memory client"))
+        ),
     )
     reply = await rt.handle(env("hi"))
     assert reply.status == "error" and "a bug in the memory client" in (reply.error or "")
@@ -240,7 +245,9 @@ async def test_a_turn_that_fails_before_the_model_still_ends_in_the_log(tmp_path
 async def test_an_unreachable_memory_store_does_not_fail_the_turn(tmp_path: Path) -> None:
     model = FunctionModel(lambda r: "answered anyway")
     rt = make_runtime(
-        tmp_path, model, memory=BrokenMemory(ActorLostError("the memory store is restarting"))
+        tmp_path,
+        model,
+        services=Services(memory=BrokenMemory(ActorLostError("the memory store is restarting"))),
     )
     reply = await rt.handle(env("hi"))
     assert (reply.status, reply.text) == ("ok", "answered anyway")
@@ -272,7 +279,7 @@ async def test_a_rebuilt_conversation_gets_its_todo_list_back(tmp_path: Path) ->
     async def loader(conv: str) -> ConversationRecord:
         return ConversationRecord(messages=[UserMessage(text="earlier")], todos=saved)
 
-    rt = make_runtime(tmp_path, FunctionModel(lambda r: "ok"), history_loader=loader)
+    rt = make_runtime(tmp_path, FunctionModel(lambda r: "ok"), host=PersonaHost(history=loader))
     await rt.handle(env("hello"))
     assert rt.conversation("solo:test").todos == saved
 
@@ -294,7 +301,9 @@ async def test_calls_cut_off_by_a_crash_get_a_result_after_the_rebuild(tmp_path:
 
     audit = NullAudit()
     model = FunctionModel(lambda r: "picked up")
-    rt = make_runtime(tmp_path, model, history_loader=loader, audit=audit)
+    rt = make_runtime(
+        tmp_path, model, services=Services(audit=audit), host=PersonaHost(history=loader)
+    )
     assert (await rt.handle(env("are you there?"))).text == "picked up"
     seen = model.requests[0].messages
     assert [m.kind for m in seen] == ["user", "assistant", "tool_result", "tool_result", "user"]

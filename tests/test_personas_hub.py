@@ -25,7 +25,7 @@ from coterie.runtime.models.scripted import (
     latest_user_text,
     tool_call,
 )
-from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.persona import PersonaHost, PersonaRuntime
 from coterie.tools import builtin_registry
 from tests.helpers import make_ctx, scripted, write_persona
 
@@ -35,15 +35,17 @@ Model = FunctionModel | ScriptedModel
 def build(tmp_path: Path, models: dict[str, Model], *, max_queue: int = 256) -> LocalHub:
     hub = LocalHub()
     settings = RuntimeSettings(max_queue=max_queue)
-    for name, model in models.items():
+    for name in models:
         write_persona(tmp_path, name, scripted(description=f"the {name} persona"))
-        persona = load_persona(tmp_path, name)
-        hub.add(
-            PersonaRuntime(persona, model=model, registry=builtin_registry(), settings=settings)
-        )
-    roster = hub.roster()
-    for runtime in hub.personas.values():
-        runtime.roster = roster
+    personas = [load_persona(tmp_path, name) for name in models]
+    host = PersonaHost(
+        settings=settings,
+        roster=sorted((p.name, p.config.description) for p in personas),
+    )
+    for persona in personas:
+        model = models[persona.name]
+        hub.add(PersonaRuntime(persona, model=model, registry=builtin_registry(), host=host))
+    assert hub.roster() == list(host.roster)
     return hub
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from coterie.runtime.context import TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.messages import ToolCall, ToolCalled, ToolFinished
 from coterie.runtime.runner import ToolRunner, cap_output
 from coterie.runtime.tool import ToolSpec, tool
@@ -228,7 +228,7 @@ async def test_persona_timeout_overrides_tool_timeout() -> None:
 
 
 async def test_output_cap_keeps_head_and_tail_and_spills(tmp_path: Path) -> None:
-    ctx = make_ctx(spill_dir=tmp_path)
+    ctx = make_ctx(settings=TurnSettings(spill_dir=tmp_path))
     [o] = await ToolRunner(output_cap=2_000).run_calls([call("flood", cid="big")], ctx, TOOLS)
     full = "".join(f"line {i}\n" for i in range(20_000))
     assert len(o.content) < 2_400

@@ -27,9 +27,9 @@ from coterie.runtime.messages import (
     ToolResultMessage,
 )
 from coterie.runtime.models.scripted import ScriptedModel, tool_call
-from coterie.runtime.persona import PersonaRuntime
-from coterie.runtime.services import NullAudit
-from coterie.runtime.shell import LocalProcesses, bwrap_available, secrets_to_hide
+from coterie.runtime.persona import PersonaHost, PersonaRuntime
+from coterie.runtime.services import NullAudit, Services
+from coterie.runtime.shell import LocalProcesses, secrets_to_hide
 from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
 
@@ -60,9 +60,8 @@ def persona(
         load_persona(home, "ana"),
         model=model,
         registry=builtin_registry(),
-        audit=audit,
-        processes=processes,
-        settings=settings,
+        services=Services(audit=audit, processes=processes),
+        host=PersonaHost(settings=settings or RuntimeSettings()),
     )
     return runtime, model, audit
 
@@ -212,7 +211,7 @@ def test_secrets_to_hide_reads_the_dotenv_and_the_named_keys(
     assert secrets_to_hide(None, environ={}) == {}
 
 
-@pytest.mark.skipif(bwrap_available() is None, reason="bubblewrap is not installed")
+@pytest.mark.needs("bubblewrap")
 async def test_inside_bubblewrap_output_is_redacted_too(tmp_path: Path) -> None:
     confined = LocalProcesses(bwrap="auto")
     try:

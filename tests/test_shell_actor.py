@@ -16,8 +16,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from coterie.actors.shell import ShellProcesses
 from coterie.runtime.config import RuntimeSettings
-from coterie.runtime.context import Services, TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.errors import ToolError
+from coterie.runtime.services import Services
 from coterie.tools.shell import ProcessArgs, ShellExecArgs, process, shell_exec
 from coterie.tools.tasks import TaskHandleArgs, task_cancel
 from tests.helpers import make_ctx
@@ -38,12 +39,14 @@ def ctx_for(tmp_path: Path, svc: Any) -> TurnContext:
     ws.mkdir(parents=True, exist_ok=True)
     return make_ctx(
         persona="ana",
-        workspace=ws,
-        persona_dir=pdir,
-        home=tmp_path / "home",
         services=Services(processes=svc),
-        # These tests run commands unconfined (bwrap=None) on purpose.
-        settings=RuntimeSettings(unsandboxed_shell="allow"),
+        settings=TurnSettings(
+            workspace=ws,
+            persona_dir=pdir,
+            home=tmp_path / "home",
+            # These tests run commands unconfined (bwrap=None) on purpose.
+            runtime=RuntimeSettings(unsandboxed_shell="allow"),
+        ),
     )
 
 
@@ -63,7 +66,7 @@ async def test_sync_and_auto_background_without_rerun(
     tmp_path: Path, service: ShellProcesses
 ) -> None:
     ctx = ctx_for(tmp_path, service)
-    assert ctx.workspace is not None
+    assert ctx.settings.workspace is not None
     assert await shell_exec.fn(ShellExecArgs(command="echo hi"), ctx) == "exit=0\nhi\n"
     # It runs until the test creates "go", so it is surely still running after the yield.
     command = "echo once >> runs.txt; echo a; until [ -e go ]; do sleep 0.05; done; echo b"
@@ -71,11 +74,11 @@ async def test_sync_and_auto_background_without_rerun(
     assert res["backgrounded"] and res["reason"] == "still running after 500ms"
     assert "a\n".startswith(res["output_so_far"])
     await read_until(ctx, res["id"], "a\n")
-    (ctx.workspace / "go").touch()
+    (ctx.settings.workspace / "go").touch()
     assert await service.wait(res["id"], 15)
     read = await process.fn(ProcessArgs(action="read", id=res["id"], since=2), ctx)
     assert read["chunk"] == "b\n" and read["next_offset"] == 4 and read["exit_code"] == 0
-    assert (ctx.workspace / "runs.txt").read_text() == "once\n"  # type: ignore[operator]
+    assert (ctx.settings.workspace / "runs.txt").read_text() == "once\n"  # type: ignore[operator]
     await service.remove(res["id"])
 
 

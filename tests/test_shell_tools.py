@@ -14,10 +14,11 @@ import psutil
 import pytest
 
 from coterie.runtime.config import RuntimeSettings
-from coterie.runtime.context import Services, TurnContext
+from coterie.runtime.context import TurnContext, TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.runtime.messages import MessageEnvelope
-from coterie.runtime.shell import SAFE_PATH, LocalProcesses, bwrap_available
+from coterie.runtime.services import Services
+from coterie.runtime.shell import SAFE_PATH, LocalProcesses
 from coterie.runtime.tool import ToolRegistry
 from coterie.tools.shell import SHELL_TOOLS, ProcessArgs, ShellExecArgs, process, shell_exec
 from coterie.tools.tasks import TASK_TOOLS, TaskHandleArgs, task_cancel, task_status
@@ -50,13 +51,15 @@ def ctx_for(tmp_path: Path, svc: Any, access: str = "workspace", **kw: Any) -> T
     ws.mkdir(parents=True, exist_ok=True)
     return make_ctx(
         persona="ana",
-        workspace=ws,
-        persona_dir=pdir,
-        home=tmp_path / "home",
-        access=access,
         services=Services(processes=svc, **kw),
-        # These tests run commands unconfined (bwrap=None) on purpose.
-        settings=RuntimeSettings(unsandboxed_shell="allow"),
+        settings=TurnSettings(
+            workspace=ws,
+            persona_dir=pdir,
+            home=tmp_path / "home",
+            access=access,
+            # These tests run commands unconfined (bwrap=None) on purpose.
+            runtime=RuntimeSettings(unsandboxed_shell="allow"),
+        ),
     )
 
 
@@ -106,13 +109,13 @@ def ignores_term(pid: int) -> bool:
 async def test_sync_exit_and_output(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
     out = await run(ctx, command="echo hi; pwd; echo oops >&2; exit 4")
-    assert out == f"exit=4\nhi\n{ctx.workspace}\noops\n"
+    assert out == f"exit=4\nhi\n{ctx.settings.workspace}\noops\n"
     assert await service.list() == []  # finished commands leave no handle
 
 
 async def test_auto_background_does_not_rerun(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
-    assert ctx.workspace is not None
+    assert ctx.settings.workspace is not None
     # It runs until the test creates "go", so it is surely still running after the yield.
     command = "echo once >> runs.txt; echo started; until [ -e go ]; do sleep 0.05; done; echo end"
     res = await run(ctx, command=command, yield_ms=200)
@@ -123,11 +126,11 @@ async def test_auto_background_does_not_rerun(tmp_path: Path, service: LocalProc
     assert "started\n".startswith(so_far) and res["next_offset"] == len(so_far)
     first = await read_until(ctx, res["id"], "started\n")
     assert first["running"] and first["next_offset"] == 8
-    (ctx.workspace / "go").touch()
+    (ctx.settings.workspace / "go").touch()
     assert await service.wait(res["id"], 10)
     more = await proc(ctx, action="read", id=res["id"], since=8)
     assert more["chunk"] == "end\n" and more["exit_code"] == 0 and more["dropped_bytes"] == 0
-    assert (ctx.workspace / "runs.txt").read_text() == "once\n"  # type: ignore[operator]
+    assert (ctx.settings.workspace / "runs.txt").read_text() == "once\n"  # type: ignore[operator]
 
 
 async def test_background_stdin_signal_list_remove(tmp_path: Path, service: LocalProcesses) -> None:
@@ -154,8 +157,8 @@ async def test_background_stdin_signal_list_remove(tmp_path: Path, service: Loca
 
 async def test_task_cancel_stops_group(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
-    assert ctx.workspace is not None
-    pidfile = ctx.workspace / "bg.pid"
+    assert ctx.settings.workspace is not None
+    pidfile = ctx.settings.workspace / "bg.pid"
     # The child ignores TERM and does not hold the output pipe: only a kill of
     # the whole group ends it.
     command = "trap '' TERM; sleep 100 >/dev/null 2>&1 & echo $! > bg.pid; wait"
@@ -185,8 +188,10 @@ async def test_timeout(tmp_path: Path, service: LocalProcesses) -> None:
 
 async def test_env_and_secrets(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
-    assert ctx.persona_dir is not None
-    (ctx.persona_dir / ".env").write_text("API_KEY=sk-very-secret\nOTHER=o\n", encoding="utf-8")
+    assert ctx.settings.persona_dir is not None
+    (ctx.settings.persona_dir / ".env").write_text(
+        "API_KEY=sk-very-secret\nOTHER=o\n", encoding="utf-8"
+    )
     out = await run(
         ctx,
         command='echo "k=$API_KEY o=${OTHER:-unset} x=$X l=${LD_PRELOAD:-unset} p=$PATH"',
@@ -202,8 +207,8 @@ async def test_env_and_secrets(tmp_path: Path, service: LocalProcesses) -> None:
 
 async def test_cwd_rails(tmp_path: Path, service: LocalProcesses) -> None:
     ctx = ctx_for(tmp_path, service)
-    assert ctx.workspace is not None
-    (ctx.workspace / "sub").mkdir()
+    assert ctx.settings.workspace is not None
+    (ctx.settings.workspace / "sub").mkdir()
     assert (await run(ctx, command="pwd", cwd="sub")).endswith("/workspace/sub\n")
     for bad in ("..", "/etc", "../../bob"):
         with pytest.raises(ToolError) as err:
@@ -264,14 +269,14 @@ async def test_results_are_json_serialisable(tmp_path: Path, service: LocalProce
         assert json.loads(json.dumps(result)) == result
 
 
-@pytest.mark.skipif(bwrap_available() is None, reason="bubblewrap is not installed")
+@pytest.mark.needs("bubblewrap")
 async def test_readonly_with_bwrap_cannot_write(tmp_path: Path) -> None:
     svc = LocalProcesses()
     try:
         ctx = ctx_for(tmp_path, svc, "readonly")
-        assert ctx.persona_dir is not None
-        assert ctx.workspace is not None
-        (ctx.persona_dir / ".env").write_text("T=abc\n", encoding="utf-8")
+        assert ctx.settings.persona_dir is not None
+        assert ctx.settings.workspace is not None
+        (ctx.settings.persona_dir / ".env").write_text("T=abc\n", encoding="utf-8")
         probe = (
             "echo x > f.txt; echo rc=$?; "
             "if cat ../.env 2>/dev/null; then echo env=readable; else echo env=hidden; fi; ls -A"
@@ -281,7 +286,7 @@ async def test_readonly_with_bwrap_cannot_write(tmp_path: Path) -> None:
         # the persona's .env cannot be read, and the workspace stays empty.
         pattern = r"exit=0\n[^\n]*f\.txt: Read-only file system\nrc=[12]\nenv=hidden\n"
         assert re.fullmatch(pattern, out), out
-        assert "T=abc" not in out and not (ctx.workspace / "f.txt").exists()
+        assert "T=abc" not in out and not (ctx.settings.workspace / "f.txt").exists()
         # The same probe, unconfined, does see both (so the markers mean something).
         loose = LocalProcesses(bwrap=None)
         try:
@@ -289,16 +294,17 @@ async def test_readonly_with_bwrap_cannot_write(tmp_path: Path) -> None:
         finally:
             await loose.close()
         assert free == "exit=0\nrc=0\nT=abc\nenv=readable\nf.txt\n"
-        (ctx.workspace / "f.txt").unlink()
+        (ctx.settings.workspace / "f.txt").unlink()
         ctx2 = ctx_for(tmp_path, svc, "workspace")
         assert (await run(ctx2, command="echo x > f.txt && cat f.txt")) == "exit=0\nx\n"
     finally:
         await svc.close()
 
 
-@pytest.mark.skipif(bwrap_available() is None, reason="bubblewrap is not installed")
+@pytest.mark.needs("bubblewrap")
 async def test_sandboxed_shell_network_follows_the_persona_setting(tmp_path: Path) -> None:
     # Imported here, not at the top: this test was appended to the file.
+    import dataclasses
     import shlex
     import socket
 
@@ -319,9 +325,10 @@ async def test_sandboxed_shell_network_follows_the_persona_setting(tmp_path: Pat
             )
             probe = f"python3 -c {shlex.quote(code)}"
             ctx = ctx_for(tmp_path, svc)
-            assert ctx.network.shell is False  # the default
+            assert ctx.settings.network.shell is False  # the default
             closed = await run(ctx, command=probe)
-            ctx.network = NetworkSettings(shell=True)
+            shell_net = dataclasses.replace(ctx.settings, network=NetworkSettings(shell=True))
+            ctx = dataclasses.replace(ctx, settings=shell_net)
             opened = await run(ctx, command=probe)
         assert re.fullmatch(r"exit=0\nno-connect \w+\n", closed), closed
         assert opened == "exit=0\nconnected\n"

@@ -39,8 +39,8 @@ from coterie.runtime.models.scripted import (
     latest_user_text,
     tool_call,
 )
-from coterie.runtime.persona import PersonaRuntime
-from coterie.runtime.services import NullAudit
+from coterie.runtime.persona import PersonaHost, PersonaRuntime
+from coterie.runtime.services import NullAudit, Services
 from coterie.tools import builtin_registry
 from tests.helpers import scripted, write_persona
 
@@ -117,7 +117,7 @@ async def test_without_a_listener_the_model_is_not_streamed_and_nothing_changes(
             return await self.request(request)
 
     audit = NullAudit()
-    rt = make_runtime(tmp_path, Both(lambda r: "plain"), audit=audit)
+    rt = make_runtime(tmp_path, Both(lambda r: "plain"), services=Services(audit=audit))
     reply = await rt.handle(env("hi"))
     assert reply.text == "plain" and streamed == []
     assert not any(e.kind == "text_delta" for e in audit.events)
@@ -127,7 +127,9 @@ async def test_without_a_listener_the_model_is_not_streamed_and_nothing_changes(
 
 async def test_text_deltas_are_never_audited(tmp_path: Path) -> None:
     audit = NullAudit()
-    rt = make_runtime(tmp_path, ScriptedModel(["a fairly long answer in pieces"]), audit=audit)
+    rt = make_runtime(
+        tmp_path, ScriptedModel(["a fairly long answer in pieces"]), services=Services(audit=audit)
+    )
     items = await collect(rt, env("hi"))
     assert any(isinstance(i, TextDelta) for i in items)
     kinds = {e.kind for e in audit.events}
@@ -184,7 +186,7 @@ async def test_a_listener_that_leaves_does_not_stop_the_turn(tmp_path: Path) -> 
         return "done anyway"
 
     audit = NullAudit()
-    rt = make_runtime(tmp_path, FunctionModel(slow), audit=audit)
+    rt = make_runtime(tmp_path, FunctionModel(slow), services=Services(audit=audit))
     stream = rt.stream(env("hi"))
     first = await anext(stream)
     assert first.kind == "turn_started"
@@ -214,7 +216,7 @@ async def test_ask_user_ends_the_turn_and_the_next_message_answers(tmp_path: Pat
             lambda r: f"noted: {latest_user_text(r)}",
         ]
     )
-    rt = make_runtime(tmp_path, model, audit=audit)
+    rt = make_runtime(tmp_path, model, services=Services(audit=audit))
     reply = await rt.handle(env("book me a trip"))
     assert reply.text == "Which city?" and reply.status == "ok"
     assert reply.question is not None and reply.question.buttons == ["Paris", "Oslo"]
@@ -255,7 +257,9 @@ async def test_a_pending_question_comes_back_after_a_restart(tmp_path: Path) -> 
             question=question,
         )
 
-    rt = make_runtime(tmp_path, FunctionModel(lambda r: latest_user_text(r)), history_loader=loader)
+    rt = make_runtime(
+        tmp_path, FunctionModel(lambda r: latest_user_text(r)), host=PersonaHost(history=loader)
+    )
     answer = await rt.handle(env("b"))
     assert answer.text == '[answer to your question "Which one?"] b'
 

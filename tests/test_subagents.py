@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from coterie.runtime.config import ModelConfig, load_persona
+from coterie.runtime.context import TurnSettings
 from coterie.runtime.delegation import LocalSubagents, WorkOutcome, render_wake
 from coterie.runtime.delegation.work import WAKE_RESULT_CAP, Delegations, cut_report
 from coterie.runtime.messages import (
@@ -29,9 +30,9 @@ from coterie.runtime.messages import (
 from coterie.runtime.models import build_model
 from coterie.runtime.models.base import Model
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text, tool_call
-from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.persona import Launchers, PersonaRuntime
 from coterie.runtime.runner import ToolRunner
-from coterie.runtime.services import NullAudit
+from coterie.runtime.services import NullAudit, Services
 from coterie.runtime.shell import LocalProcesses
 from coterie.runtime.tool import ToolRegistry
 from coterie.tools import builtin_registry
@@ -78,9 +79,8 @@ def make(
         persona,
         model=parent,
         registry=registry,
-        audit=audit,
-        subagents=launcher,
-        processes=LocalProcesses() if processes else None,
+        services=Services(audit=audit, processes=LocalProcesses() if processes else None),
+        launchers=Launchers(subagents=launcher),
     )
     return rt, audit, seen
 
@@ -495,19 +495,19 @@ def test_draft_is_opt_in_by_name() -> None:
 
     registry = ToolRegistry([draft])
     assert registry.visible(make_ctx()) == {}
-    named = make_ctx(tool_filter=ToolFilter(allow=["draft", "*"]))
+    named = make_ctx(settings=TurnSettings(tool_filter=ToolFilter(allow=["draft", "*"])))
     assert list(registry.visible(named)) == ["draft"]
 
 
 async def test_draft_returns_a_checklist_then_soft_lands() -> None:
     from coterie.runtime.config import ToolFilter
 
-    ctx = make_ctx(tool_filter=ToolFilter(allow=["draft"]))
+    ctx = make_ctx(settings=TurnSettings(tool_filter=ToolFilter(allow=["draft"])))
     tools = ToolRegistry([draft]).visible(ctx)
     runner = ToolRunner()
     outs = []
     empty = await runner.run_calls([tool_call("draft", {"text": ""})], ctx, tools)
-    assert empty[0].error_kind == "invalid_arguments" and ctx.drafts == 0
+    assert empty[0].error_kind == "invalid_arguments" and ctx.outputs.drafts == 0
     for i in range(DRAFT_ROUNDS + 1):
         (out,) = await runner.run_calls([tool_call("draft", {"text": f"answer v{i}"})], ctx, tools)
         outs.append(out.content)
@@ -516,7 +516,7 @@ async def test_draft_returns_a_checklist_then_soft_lands() -> None:
         assert "answer v" not in content  # the draft is not echoed back
     assert "Do not call draft again" in outs[-1] and "Claims" not in outs[-1]
     # A new turn has a fresh budget.
-    fresh = make_ctx(tool_filter=ToolFilter(allow=["draft"]))
+    fresh = make_ctx(settings=TurnSettings(tool_filter=ToolFilter(allow=["draft"])))
     (again,) = await runner.run_calls([tool_call("draft", {"text": "v"})], fresh, tools)
     assert again.content.startswith("Draft 1 of")
 

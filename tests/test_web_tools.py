@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from coterie.runtime.config import NetworkSettings, RuntimeSettings, WebSettings
+from coterie.runtime.context import TurnSettings
 from coterie.runtime.errors import ToolError
 from coterie.runtime.tool import ToolRegistry
 from coterie.tools import _web as webmod
@@ -200,7 +201,9 @@ LOCAL = NetworkSettings(allow=["127.0.0.1"])
 
 
 async def fetch(url: str, *, web: WebSettings | None = None, **kw: Any) -> str:
-    ctx = make_ctx(settings=RuntimeSettings(web=web or WebSettings()), network=LOCAL)
+    ctx = make_ctx(
+        settings=TurnSettings(runtime=RuntimeSettings(web=web or WebSettings()), network=LOCAL)
+    )
     result = await web_fetch.fn(WebFetchArgs(url=url, **kw), ctx)
     assert isinstance(result, str)
     return result

@@ -107,8 +107,8 @@ class Denied:
 class NetworkPolicy:
     """What a persona's web tools may connect to (see the module docstring).
 
-    Build one with :meth:`build` from ``ctx.network.allow`` and
-    ``ctx.cluster_addresses``.
+    Build one with :meth:`build` from ``ctx.settings.network.allow`` and
+    ``ctx.settings.cluster_addresses``.
     """
 
     allow_networks: tuple[IPNetwork, ...] = ()

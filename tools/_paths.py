@@ -32,11 +32,12 @@ MAX_NAME_BYTES = 255
 
 
 def workspace_path(ctx: TurnContext, raw: str) -> Path:
-    """``raw`` as a real path inside ``ctx.workspace``; ToolError otherwise."""
-    if ctx.workspace is None:
+    """``raw`` as a real path inside the persona's workspace; ToolError otherwise."""
+    workspace = ctx.settings.workspace
+    if workspace is None:
         raise ToolError("unavailable", "this persona has no workspace")
     _check_raw(raw)
-    root = ctx.workspace.resolve()
+    root = workspace.resolve()
     candidate = Path(raw).expanduser()
     if not candidate.is_absolute():
         candidate = root / candidate
@@ -55,11 +56,12 @@ def temp_root(ctx: TurnContext) -> Path:
 
 def allowed_roots(ctx: TurnContext) -> list[Path]:
     """Every root a path may resolve into, workspace first."""
+    settings = ctx.settings
     roots: list[Path] = []
-    if ctx.workspace is not None:
-        roots.append(ctx.workspace.resolve())
-    if ctx.persona_dir is not None:
-        roots.append(ctx.persona_dir.resolve())
+    if settings.workspace is not None:
+        roots.append(settings.workspace.resolve())
+    if settings.persona_dir is not None:
+        roots.append(settings.persona_dir.resolve())
     roots.append(temp_root(ctx))
     return roots
 
@@ -103,12 +105,13 @@ def resolve_path(ctx: TurnContext, raw: str, *, write: bool) -> Path:
 def locate(ctx: TurnContext, raw: str, *, write: bool) -> Target:
     """Like :func:`resolve_path`, also naming the allowed root the path is
     under and the path relative to it, for symlink-proof I/O (:mod:`tools._fs`)."""
-    if ctx.workspace is None:
+    settings = ctx.settings
+    if settings.workspace is None:
         raise ToolError("unavailable", "this persona has no workspace")
     _check_raw(raw)
-    if write and ctx.access == "readonly":
+    if write and settings.access == "readonly":
         raise ToolError("path_denied", "this persona has read-only access: no file writes")
-    workspace = ctx.workspace.resolve()
+    workspace = settings.workspace.resolve()
     candidate = Path(raw)
     if raw.startswith("~"):
         try:
@@ -122,8 +125,8 @@ def locate(ctx: TurnContext, raw: str, *, write: bool) -> Target:
     resolved = _resolve(candidate, raw)
     if is_secret(resolved):
         raise ToolError("path_denied", ".env files hold secrets and cannot be used by tools")
-    if ctx.home is not None:
-        personas = (ctx.home / "personas").resolve()
+    if settings.home is not None:
+        personas = (settings.home / "personas").resolve()
         if resolved.is_relative_to(personas) and resolved != personas:
             owner = resolved.relative_to(personas).parts[0]
             if owner != ctx.persona:
@@ -133,7 +136,7 @@ def locate(ctx: TurnContext, raw: str, *, write: bool) -> Target:
     if not holding:
         listing = ", ".join(str(r) for r in roots)
         raise ToolError("path_denied", f"{raw!r} is outside the allowed roots ({listing})")
-    if write and ctx.access != "full" and not within(resolved, workspace):
+    if write and settings.access != "full" and not within(resolved, workspace):
         raise ToolError(
             "path_denied",
             f"{raw!r} is outside the workspace ({workspace}); this persona may only "
@@ -145,8 +148,8 @@ def locate(ctx: TurnContext, raw: str, *, write: bool) -> Target:
 
 def display(ctx: TurnContext, path: Path) -> str:
     """``path`` relative to the workspace when inside it, else absolute."""
-    if ctx.workspace is not None:
-        root = ctx.workspace.resolve()
+    if ctx.settings.workspace is not None:
+        root = ctx.settings.workspace.resolve()
         if path == root:
             return "."
         if path.is_relative_to(root):

@@ -40,7 +40,7 @@ async def _deliver(ctx: TurnContext, connector: str, destination: str, text: str
     message = OutboundMessage(
         connector=connector,
         destination=destination,
-        text=ctx.redact(text),
+        text=ctx.settings.redact(text),
         persona=ctx.persona,
         conversation_id=ctx.conversation_id,
     )
@@ -89,12 +89,12 @@ async def reply_to_origin(args: ReplyToOriginArgs, ctx: TurnContext) -> str:
             f"this turn's message came through the {origin.connector!r} interface, not a "
             "connector; your reply is how it is answered",
         )
-    if ctx.replied_to_origin:
+    if ctx.outputs.replied_to_origin:
         raise ToolError(
             "already_replied", "reply_to_origin was already used on this turn; it was not sent"
         )
     result = await _deliver(ctx, origin.connector, origin.destination, args.text)
-    ctx.replied_to_origin = True
+    ctx.outputs.replied_to_origin = True
     return result
 
 
@@ -120,11 +120,11 @@ async def ask_user(args: AskUserArgs, ctx: TurnContext) -> str:
     if any(not b.strip() or len(b) > 64 for b in args.buttons):
         raise ToolError("invalid_arguments", "each button needs 1 to 64 characters")
     expires = now() + args.expires_in_minutes * 60 if args.expires_in_minutes else None
-    ctx.question = Question(
-        text=ctx.redact(args.question), buttons=args.buttons, expires_at=expires
+    ctx.outputs.question = Question(
+        text=ctx.settings.redact(args.question), buttons=args.buttons, expires_at=expires
     )
-    ctx.end_task = EndTask(status="ok", summary=ctx.question.text)
-    return f"asked (question {ctx.question.id}); the turn ends here"
+    ctx.outputs.end_task = EndTask(status="ok", summary=ctx.outputs.question.text)
+    return f"asked (question {ctx.outputs.question.id}); the turn ends here"
 
 
 CONNECTOR_TOOLS = [send_message, reply_to_origin, ask_user]

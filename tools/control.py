@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from coterie.runtime.config import runtime_timezone
-from coterie.runtime.context import EndTask, TodoItem, TurnContext
-from coterie.runtime.messages import TodosSet
+from coterie.runtime.context import EndTask, TurnContext
+from coterie.runtime.messages import TodoItem, TodosSet
 from coterie.runtime.tool import tool
 
 THINK_REASON_MAX = 80
@@ -57,7 +57,7 @@ async def end_task(args: EndTaskArgs, ctx: TurnContext) -> str:
     """End the current turn now with a status. Nothing runs after it in this
     turn. Use skipped when there was nothing to do, failed when the task could
     not be completed."""
-    ctx.end_task = EndTask(status=args.status, summary=args.summary, reason=args.reason)
+    ctx.outputs.end_task = EndTask(status=args.status, summary=args.summary, reason=args.reason)
     return f"turn ended: {args.status}"
 
 
@@ -78,9 +78,9 @@ def _thinking_off(ctx: TurnContext) -> bool:
 async def think_harder(args: ThinkHarderArgs, ctx: TurnContext) -> str:
     """Turn on extended thinking for the rest of this turn. Call it once,
     before answering, when the problem needs careful reasoning."""
-    ctx.force_thinking = True
+    ctx.outputs.force_thinking = True
     # The reason is telemetry only: clipped, and never echoed back.
-    ctx.think_reason = (args.reason or "")[:THINK_REASON_MAX] or None
+    ctx.outputs.think_reason = (args.reason or "")[:THINK_REASON_MAX] or None
     return "Extended thinking is on for the rest of this turn."
 
 
@@ -158,17 +158,17 @@ DRAFT_DONE = (
 def _draft_opted_in(ctx: TurnContext) -> bool:
     # Opt-in: offered only when persona.yaml names it in tools.allow (a
     # wildcard does not count).
-    return "draft" in ctx.tool_filter.allow
+    return "draft" in ctx.settings.tool_filter.allow
 
 
 @tool(name="draft", timeout=30, available=_draft_opted_in)
 async def draft(args: DraftArgs, ctx: TurnContext) -> str:
     """Submit a draft answer for self-review; returns a checklist that critiques
     the draft."""
-    ctx.drafts += 1
-    if ctx.drafts > DRAFT_ROUNDS:
-        return DRAFT_DONE.format(n=ctx.drafts, rounds=DRAFT_ROUNDS)
-    return DRAFT_REVIEW.format(n=ctx.drafts, rounds=DRAFT_ROUNDS)
+    ctx.outputs.drafts += 1
+    if ctx.outputs.drafts > DRAFT_ROUNDS:
+        return DRAFT_DONE.format(n=ctx.outputs.drafts, rounds=DRAFT_ROUNDS)
+    return DRAFT_REVIEW.format(n=ctx.outputs.drafts, rounds=DRAFT_ROUNDS)
 
 
 CONTROL_TOOLS = [clock, end_task, think_harder, todo_write, todo_read, draft]

@@ -89,7 +89,7 @@ def _has_coding_agents(ctx: TurnContext) -> bool:
     found = _delegations(ctx)
     if found is None or found.coding is None:
         return False
-    if ctx.access == "readonly" or ctx.workspace is None:
+    if ctx.settings.access == "readonly" or ctx.settings.workspace is None:
         return False
     return found.coding.roster.offered()
 

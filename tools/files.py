@@ -47,7 +47,7 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
 
 
 def _can_write(ctx: TurnContext) -> bool:
-    return ctx.access != "readonly"
+    return ctx.settings.access != "readonly"
 
 
 def _show(ctx: TurnContext) -> _fs.Show:
@@ -266,7 +266,7 @@ class _Ignore:
     def above(cls, ctx: TurnContext, start: Path) -> _Ignore:
         """Rules from .gitignore files between the workspace root and ``start``."""
         dirs: list[Path] = []
-        root = ctx.workspace.resolve() if ctx.workspace is not None else start
+        root = ctx.settings.workspace.resolve() if ctx.settings.workspace is not None else start
         if within(start, root):
             current = start.parent
             while within(current, root):

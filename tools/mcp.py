@@ -1,7 +1,7 @@
 """MCP tools beyond each server's own: the gateway, resources and prompts.
 
 Each server tool is offered as ``<server>__<tool>`` by
-:class:`runtime.mcp.source.McpToolSource` (the persona's allow/deny patterns
+:class:`runtime.mcp_source.McpToolSource` (the persona's allow/deny patterns
 apply to those names: ``time__*``). Servers with resources or prompts add
 ``mcp_resources`` and ``mcp_prompts`` here.
 
@@ -23,7 +23,7 @@ from coterie.runtime.context import TurnContext
 from coterie.runtime.errors import ToolError
 from coterie.runtime.mcp.hub import McpHub
 from coterie.runtime.mcp.records import McpToolInfo
-from coterie.runtime.mcp.source import render_blocks, render_result, tool_name
+from coterie.runtime.mcp_source import render_blocks, render_result, tool_name
 from coterie.runtime.tool import matches_any, tool
 
 
@@ -131,7 +131,8 @@ class GatewayArgs(BaseModel):
 
 def _allowed(ctx: TurnContext, server: str, tool_: str) -> bool:
     name = tool_name(server, tool_)
-    return matches_any(name, ctx.tool_filter.allow) and not matches_any(name, ctx.tool_filter.deny)
+    tool_filter = ctx.settings.tool_filter
+    return matches_any(name, tool_filter.allow) and not matches_any(name, tool_filter.deny)
 
 
 def _find_tool(hub: McpHub, ctx: TurnContext, server: str, tool_: str) -> McpToolInfo:

@@ -38,9 +38,9 @@ def shell_available(ctx: TurnContext) -> bool:
     call is refused with how to enable it (see :func:`unsandboxed_refusal`).
     """
     service = ctx.services.processes
-    if service is None or ctx.workspace is None:
+    if service is None or ctx.settings.workspace is None:
         return False
-    return ctx.access != "readonly" or bool(service.sandboxed)
+    return ctx.settings.access != "readonly" or bool(service.sandboxed)
 
 
 def unsandboxed_refusal(ctx: TurnContext) -> str | None:
@@ -51,12 +51,12 @@ def unsandboxed_refusal(ctx: TurnContext) -> str | None:
     runtime.yaml, run without bubblewrap.
     """
     service = ctx.services.processes
-    if service is None or service.sandboxed or ctx.access == "full":
+    if service is None or service.sandboxed or ctx.settings.access == "full":
         return None
-    if ctx.settings.unsandboxed_shell == "allow" and ctx.access != "readonly":
+    if ctx.settings.runtime.unsandboxed_shell == "allow" and ctx.settings.access != "readonly":
         return None
     return (
-        f"shell commands of a '{ctx.access}' persona run inside bubblewrap, which is not "
+        f"shell commands of a '{ctx.settings.access}' persona run inside bubblewrap, which is not "
         "available on this machine: install it (Debian/Ubuntu: apt-get install bubblewrap; "
         "it must be /usr/bin/bwrap), or set `unsandboxed_shell: allow` in runtime.yaml to run "
         "them unconfined"
@@ -156,15 +156,20 @@ async def shell_exec(args: ShellExecArgs, ctx: TurnContext) -> Any:
     process keeps running and you get a bg_ id for the process tool.
     secrets: names from your .env to pass as variables; values are never shown."""
     service = _service(ctx)
-    assert ctx.workspace is not None
-    workspace = ctx.workspace.resolve()
+    settings = ctx.settings
+    assert settings.workspace is not None
+    workspace = settings.workspace.resolve()
     cwd = workspace_path(ctx, args.cwd or ".")
     if not cwd.is_dir():
         raise ToolError("invalid_path", f"cwd {args.cwd or '.'!r} is not a directory")
-    secret_values = load_secrets(ctx.persona_dir, args.secrets or [], ctx.persona)
+    secret_values = load_secrets(settings.persona_dir, args.secrets or [], ctx.persona)
     env = scrubbed_env(home=workspace, extra=args.env, secrets=secret_values)
     sandbox = service.sandbox(
-        workspace, ctx.access, ctx.persona_dir, ctx.home, network=ctx.network.shell
+        workspace,
+        settings.access,
+        settings.persona_dir,
+        settings.home,
+        network=settings.network.shell,
     )
     spec = StartSpec(
         command=args.command,
@@ -173,7 +178,7 @@ async def shell_exec(args: ShellExecArgs, ctx: TurnContext) -> Any:
         env=env,
         secrets=secret_values,
         # Every other secret too, requested or not: the command could read it.
-        redact=dict(ctx.hidden),
+        redact=dict(settings.secrets),
         timeout_s=args.timeout_s,
     )
     pid = await service.start(spec)

@@ -37,7 +37,10 @@ def _has_exa(ctx: TurnContext) -> bool:
 def network_policy(ctx: TurnContext) -> NetworkPolicy:
     """What this persona's web tools may reach: public addresses, plus what
     ``network: allow:`` lists; never the cluster's own nodes unless listed."""
-    return NetworkPolicy.build(allow=ctx.network.allow, cluster_addresses=ctx.cluster_addresses)
+    settings = ctx.settings
+    return NetworkPolicy.build(
+        allow=settings.network.allow, cluster_addresses=settings.cluster_addresses
+    )
 
 
 class WebFetchArgs(BaseModel):
@@ -64,7 +67,10 @@ async def web_fetch(args: WebFetchArgs, ctx: TurnContext) -> str:
     from coterie.tools import _web
 
     return await _web.fetch(
-        args.url, max_chars=args.max_chars, settings=ctx.settings.web, policy=network_policy(ctx)
+        args.url,
+        max_chars=args.max_chars,
+        settings=ctx.settings.runtime.web,
+        policy=network_policy(ctx),
     )
 
 
@@ -90,7 +96,7 @@ async def web_search(args: WebSearchArgs, ctx: TurnContext) -> str:
         num_results=args.num_results,
         key=key,
         base_url=os.environ.get("EXA_BASE_URL"),
-        settings=ctx.settings.web,
+        settings=ctx.settings.runtime.web,
     )
 
 

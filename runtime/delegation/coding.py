@@ -294,8 +294,9 @@ async def start_coding_agent(
             "invalid_arguments",
             f"agent: {name!r} is not in the roster; choose from {', '.join(names)}",
         )
-    assert ctx.workspace is not None
-    workspace = ctx.workspace.resolve()
+    settings = ctx.settings
+    assert settings.workspace is not None
+    workspace = settings.workspace.resolve()
     cwd = args.cwd or workspace
     if cwd != workspace and spec.cwd == "workspace":
         raise ToolError(
@@ -306,7 +307,7 @@ async def start_coding_agent(
     env = await asyncio.to_thread(
         resolve_agent_env,
         spec,
-        persona_dir=ctx.persona_dir,
+        persona_dir=settings.persona_dir,
         environ=setup.environ(),
         agent=name,
     )
@@ -323,10 +324,10 @@ async def start_coding_agent(
         log_path=str(setup.logs / f"{handle}.log"),
         parent_conversation_id=ctx.conversation_id,
         parent_turn_id=ctx.turn_id,
-        hidden={**ctx.hidden, **{f"agent env {k}": v for k, v in env.items() if len(v) >= 8}},
-        persona_dir=str(ctx.persona_dir) if ctx.persona_dir else None,
-        home=str(ctx.home) if ctx.home else None,
-        network=ctx.network.shell,
+        hidden={**settings.secrets, **{f"agent env {k}": v for k, v in env.items() if len(v) >= 8}},
+        persona_dir=str(settings.persona_dir) if settings.persona_dir else None,
+        home=str(settings.home) if settings.home else None,
+        network=settings.network.shell,
     )
     try:
         work = await setup.launcher.launch(request)
@@ -339,7 +340,7 @@ async def start_coding_agent(
         work=work,
         conversation_id=ctx.conversation_id,
         turn_id=ctx.turn_id,
-        batch_id=ctx.batch_id,
+        batch_id=ctx.outputs.batch_id,
         timeout=spec.prompt_timeout + TIMEOUT_MARGIN_S,
         label=args.task,
         data={"agent": name, "cwd": str(cwd), "permissions": spec.permissions},

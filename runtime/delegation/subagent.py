@@ -35,7 +35,7 @@ from coterie.runtime.config import (
     ToolFilter,
     runtime_timezone,
 )
-from coterie.runtime.context import Conversation, Services, TurnContext
+from coterie.runtime.context import Conversation, TurnContext, TurnSettings
 from coterie.runtime.delegation.records import (
     SubagentLauncher,
     SubagentRequest,
@@ -58,7 +58,7 @@ from coterie.runtime.messages import (
 )
 from coterie.runtime.models.base import Model
 from coterie.runtime.runner import ToolRunner
-from coterie.runtime.services import AuditSink, NullAudit, ProcessService
+from coterie.runtime.services import AuditSink, NullAudit, ProcessService, Services
 from coterie.runtime.tool import Deferred, ToolRegistry, ToolSpec, matches_any
 
 SUBAGENT_PROMPT = """\
@@ -81,25 +81,28 @@ def subagent_context(
 ) -> TurnContext:
     """The turn context of a subagent's run (also used to decide, in the
     parent, which tools a subagent can have)."""
-    return TurnContext(
-        persona=request.persona,
-        conversation=conversation,
-        turn_id=turn_id,
-        context="subagent",
-        depth=1,
-        tool_filter=ToolFilter(allow=list(request.tools), deny=list(request.tool_deny)),
-        thinking_mode=request.thinking,
-        services=services,
-        spill_dir=Path(request.spill_dir),
+    settings = TurnSettings(
         workspace=Path(request.workspace) if request.workspace else None,
         # No persona directory: no .env secrets to pass, no persona files.
         persona_dir=None,
         home=Path(request.home) if request.home else None,
+        spill_dir=Path(request.spill_dir),
         access="readonly",
-        settings=request.settings,
         network=request.network,
         cluster_addresses=frozenset(request.cluster_addresses),
-        hidden=dict(request.hidden),
+        secrets=dict(request.hidden),
+        tool_filter=ToolFilter(allow=list(request.tools), deny=list(request.tool_deny)),
+        thinking_mode=request.thinking,
+        runtime=request.settings,
+    )
+    return TurnContext(
+        persona=request.persona,
+        conversation=conversation,
+        turn_id=turn_id,
+        kind="subagent",
+        depth=1,
+        settings=settings,
+        services=services,
     )
 
 
@@ -252,7 +255,7 @@ def subagent_tools(
     and available (``probe``: the tool's own ``available`` on a subagent's
     context)."""
     names: list[str] = []
-    allow, deny = parent.tool_filter.allow, parent.tool_filter.deny
+    allow, deny = parent.settings.tool_filter.allow, parent.settings.tool_filter.deny
     for name in registry.names():
         spec = registry.get(name)
         assert spec is not None
@@ -304,20 +307,21 @@ async def start_subagent(
     delegations.check_capacity("subagent", "subagents.max_running")
     handle = new_id("sub_")
     config = setup.config
+    given = ctx.settings
     request = SubagentRequest(
         handle=handle,
         persona=ctx.persona,
         task=args.task,
         model=settings.models[args.model] if args.model else config.model,
         tools=[],
-        tool_deny=list(ctx.tool_filter.deny),
-        workspace=str(ctx.workspace) if ctx.workspace else None,
-        home=str(ctx.home) if ctx.home else None,
-        spill_dir=str(ctx.spill_dir),
-        hidden=dict(ctx.hidden),
-        settings=ctx.settings,
-        network=ctx.network,
-        cluster_addresses=sorted(ctx.cluster_addresses),
+        tool_deny=list(given.tool_filter.deny),
+        workspace=str(given.workspace) if given.workspace else None,
+        home=str(given.home) if given.home else None,
+        spill_dir=str(given.spill_dir),
+        hidden=dict(given.secrets),
+        settings=given.runtime,
+        network=given.network,
+        cluster_addresses=sorted(given.cluster_addresses),
         thinking=config.thinking,
         max_steps=settings.max_steps,
         max_tokens=config.model.max_tokens,
@@ -343,7 +347,7 @@ async def start_subagent(
         work=work,
         conversation_id=ctx.conversation_id,
         turn_id=ctx.turn_id,
-        batch_id=ctx.batch_id,
+        batch_id=ctx.outputs.batch_id,
         timeout=timeout,
         label=args.task,
         data={"tools": request.tools, "model": request.model.name},

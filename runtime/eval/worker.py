@@ -38,9 +38,9 @@ from coterie.runtime.eval.task import Sample, SampleLimits
 from coterie.runtime.messages import AssistantMessage, MessageEnvelope
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.models.base import Model
-from coterie.runtime.persona import PersonaRuntime
+from coterie.runtime.persona import PersonaHost, PersonaRuntime
 from coterie.runtime.runner import safe_name
-from coterie.runtime.services import AuditSink, MemoryService, NullAudit
+from coterie.runtime.services import AuditSink, MemoryService, NullAudit, Services
 from coterie.runtime.shell import LocalProcesses
 from coterie.runtime.tool import ToolRegistry
 
@@ -172,10 +172,12 @@ class SampleWorker:
                 persona,
                 model=model,
                 registry=self.registry,
-                audit=_NoFlush(self.audit),
-                memory=self.memory(scope) if self.memory is not None else None,
-                processes=LocalProcesses(max_processes=self.settings.max_background_processes),
-                settings=self.settings,
+                services=Services(
+                    audit=_NoFlush(self.audit),
+                    memory=self.memory(scope) if self.memory is not None else None,
+                    processes=LocalProcesses(max_processes=self.settings.max_background_processes),
+                ),
+                host=PersonaHost(settings=self.settings),
             )
             envelope = MessageEnvelope(
                 sender="eval",

@@ -1,5 +1,9 @@
 """MCP tools as the model sees them: ``<server>__<tool>`` specs and result text.
 
+It sits beside the loop and the tool registry, not in :mod:`runtime.mcp`:
+the MCP client side (sessions, the hub, their records) knows nothing of
+turns and tools, and this module turns it into tools.
+
 :class:`McpToolSource` is the :class:`~runtime.tool.ToolSource` of a persona's
 :class:`~runtime.mcp.hub.McpHub`: each tool of each server becomes a
 :class:`~runtime.tool.ToolSpec` named ``<server>__<tool>`` with the server's
@@ -58,7 +62,7 @@ def _save(ctx: TurnContext, block: McpContent, index: int, label: str) -> str:
         raw = base64.b64decode(block.data or "", validate=True)
     except (binascii.Error, ValueError):
         return f"[{label} {block.mime_type or '?'}: the server sent invalid base64]"
-    folder = ctx.spill_dir / safe_name(ctx.turn_id)
+    folder = ctx.settings.spill_dir / safe_name(ctx.turn_id)
     folder.mkdir(parents=True, exist_ok=True)
     suffix = _EXTENSIONS.get(block.mime_type or "", ".bin")
     path = folder / f"mcp-{index}{suffix}"

@@ -1,0 +1,277 @@
+"""A persona's turn, assembled around the tool loop.
+
+:class:`TurnBuilder` takes a :class:`~runtime.persona.queues.Batch` (the
+messages one turn answers) and makes a turn of it: its
+:class:`~runtime.context.TurnContext` (the persona's
+:class:`~runtime.context.TurnSettings`, built once, with its secrets read
+again each turn so ``.env`` edits apply; the services; fresh outputs; the
+streaming listeners), its input appended to the history (and recorded, so the
+conversation can be rebuilt), its system prompt (with the user model, when
+memory answers), then the loop's run, between a ``turn_started`` and a
+``turn_ended`` event. Old spill files are swept at most once an hour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+from coterie.runtime.config import Persona, runtime_timezone
+from coterie.runtime.context import TurnContext, TurnOutputs, TurnSettings
+from coterie.runtime.errors import CoterieError
+from coterie.runtime.loop import TurnLoop, TurnResult
+from coterie.runtime.memory.records import UserModelRow
+from coterie.runtime.messages import (
+    ChatMessage,
+    HistoryAppended,
+    Question,
+    QuestionSet,
+    StreamItem,
+    TurnEnded,
+    TurnEvent,
+    TurnStarted,
+    TurnStatus,
+    UserMessage,
+    new_id,
+)
+from coterie.runtime.persona.history import render_input, trim_history, unanswered_calls
+from coterie.runtime.persona.host import PersonaHost
+from coterie.runtime.persona.queues import Batch
+from coterie.runtime.prompt import build_system_prompt
+from coterie.runtime.runner import remove_old_spills
+from coterie.runtime.services import AuditSink, Services
+from coterie.runtime.shell.env import secrets_to_hide
+
+log = logging.getLogger("coterie.persona")
+
+#: Seconds between two sweeps of old spill files.
+SPILL_SWEEP_INTERVAL = 3600.0
+
+
+class _TeeSink:
+    """A turn's audit sink while someone listens: every event is recorded
+    as usual and also handed to the listeners."""
+
+    def __init__(self, audit: AuditSink, emit: Callable[[StreamItem], None]) -> None:
+        self.audit = audit
+        self.emit = emit
+
+    def record(self, event: TurnEvent) -> None:
+        self.audit.record(event)
+        self.emit(event)
+
+    async def flush(self) -> None:
+        await self.audit.flush()
+
+
+def _fan_out(listeners: list[Callable[[StreamItem], None]]) -> Callable[[StreamItem], None]:
+    def emit(item: StreamItem) -> None:
+        for listener in listeners:
+            listener(item)
+
+    return emit
+
+
+class TurnBuilder:
+    """Builds and runs the turns of one persona on the loop it is given."""
+
+    def __init__(
+        self, persona: Persona, *, loop: TurnLoop, services: Services, host: PersonaHost
+    ) -> None:
+        self.persona = persona
+        self.loop = loop
+        self.services = services
+        self.host = host
+        self.turns_run = 0
+        cfg = persona.config
+        self.spill_dir = persona.path / ".spill"
+        # What no tool result may show: every value of the persona's .env and
+        # the runtime's provider keys (see _settings).
+        self._key_vars = [host.settings.memory.openai_api_key_env]
+        model_key = getattr(cfg.model, "api_key_env", None)
+        if model_key:
+            self._key_vars.append(model_key)
+        self._settings = TurnSettings(
+            workspace=persona.workspace,
+            persona_dir=persona.path,
+            home=persona.path.parent.parent,
+            spill_dir=self.spill_dir,
+            access=cfg.access,
+            network=cfg.network,
+            cluster_addresses=host.cluster_addresses,
+            tool_filter=cfg.tools,
+            thinking_mode=cfg.thinking,
+            runtime=host.settings,
+        )
+        self._spills_swept = 0.0
+        self._sweep_spills()
+
+    def turn_settings(self) -> TurnSettings:
+        """The settings of the next turn: the persona's, with its secrets
+        read again (``.env`` edits apply to the next turn); the same object
+        as long as they did not change."""
+        secrets = secrets_to_hide(self.persona.path, key_vars=self._key_vars)
+        if secrets != self._settings.secrets:
+            self._settings = dataclasses.replace(self._settings, secrets=secrets)
+        return self._settings
+
+    def context(self, batch: Batch, turn_id: str) -> TurnContext:
+        """The turn context for ``batch``."""
+        first = batch.answers[0].envelope
+        ask_path = list(dict.fromkeys(name for p in batch.answers for name in p.envelope.ask_path))
+        listeners = [p.listener for p in batch.answers if p.listener is not None]
+        on_event = _fan_out(listeners) if listeners else None
+        return TurnContext(
+            persona=self.persona.name,
+            conversation=batch.conversation,
+            turn_id=turn_id,
+            kind=first.context,
+            roster=self.host.roster,
+            ask_path=ask_path,
+            origin=first.origin,
+            settings=self.turn_settings(),
+            services=self.services,
+            outputs=TurnOutputs(),
+            interrupted=batch.interrupted,
+            sink=_TeeSink(self.services.audit, on_event) if on_event else None,
+            on_event=on_event,
+        )
+
+    async def system_prompt(self) -> str:
+        """SOUL, today's date, the user model and the other personas."""
+        return build_system_prompt(
+            self.persona,
+            roster=self.host.roster,
+            user_model=await self._user_model(),
+            tz=runtime_timezone(),
+        )
+
+    async def run(self, batch: Batch) -> tuple[TurnResult, str]:
+        """Run the turn that answers ``batch``: how it ended, and its id."""
+        conversation = batch.conversation
+        turn_id = new_id("turn_")
+        ctx = self.context(batch, turn_id)
+        started = time.perf_counter()
+        ctx.audit.record(
+            TurnStarted(
+                persona=ctx.persona,
+                conversation_id=conversation.id,
+                turn_id=turn_id,
+                context=ctx.kind,
+                message_ids=[p.envelope.id for p in batch.answers],
+            )
+        )
+        if batch.rebuilt:
+            for missing in unanswered_calls(conversation.history):
+                # The persona died mid-tool-call: its calls get a result, or no
+                # provider would accept the conversation again.
+                self._append(ctx, missing)
+        for pending in batch.new:
+            env = pending.envelope
+            text = render_input(env)
+            if conversation.question is not None and env.source_kind == "user":
+                text = self._answering(ctx, env.text)
+            self._append(ctx, UserMessage(text=text, source=env.sender))
+        try:
+            result = await self.loop.run(ctx, system=await self.system_prompt())
+        except Exception as exc:
+            # Every started turn ends in the log, however it failed.
+            self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}", False)
+            raise
+        self._record_end(ctx, started, result.status, result.steps, None, result.interrupted)
+        if result.question is not None:
+            self._set_question(ctx, result.question)
+        conversation.history = trim_history(
+            conversation.history, self.host.settings.max_history_messages
+        )
+        self._sweep_spills()
+        return result, turn_id
+
+    def _append(self, ctx: TurnContext, message: ChatMessage) -> None:
+        """Add a message to the conversation and to the audit log (which rebuilds it)."""
+        ctx.conversation.history.append(message)
+        ctx.audit.record(
+            HistoryAppended(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                message=message,
+            )
+        )
+
+    def _set_question(self, ctx: TurnContext, question: Question | None) -> None:
+        """Set (or clear) the conversation's pending question, and record it so
+        that it comes back with the conversation after a restart."""
+        ctx.conversation.question = question
+        ctx.audit.record(
+            QuestionSet(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                question=question,
+            )
+        )
+
+    def _answering(self, ctx: TurnContext, text: str) -> str:
+        """The model's view of a person's message that answers the pending
+        question (which it clears): the question is named, and whether it had
+        expired when the answer came."""
+        question = ctx.conversation.question
+        assert question is not None
+        self._set_question(ctx, None)
+        if question.expired():
+            return f'[reply after your question "{question.text}" expired] {text}'
+        return f'[answer to your question "{question.text}"] {text}'
+
+    def _record_end(
+        self,
+        ctx: TurnContext,
+        started: float,
+        status: TurnStatus,
+        steps: int,
+        error: str | None,
+        interrupted: bool,
+    ) -> None:
+        self.turns_run += 1
+        ctx.audit.record(
+            TurnEnded(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                status=status,
+                steps=steps,
+                duration_ms=(time.perf_counter() - started) * 1000,
+                error=error,
+                interrupted=interrupted,
+            )
+        )
+
+    async def _user_model(self) -> list[UserModelRow]:
+        """The user model for the prompt; without it when memory is unreachable.
+
+        A turn should not fail because the memory store is restarting: it goes
+        on without the user model (logged), and the next turn asks again.
+        """
+        memory = self.services.memory
+        if memory is None:
+            return []
+        try:
+            return await memory.user_model()
+        except CoterieError as exc:
+            log.warning("%s: user model unavailable for this turn: %s", self.persona.name, exc)
+            return []
+
+    def _sweep_spills(self) -> None:
+        """Delete cut tool results older than ``spill_retention_days`` (at most
+        once an hour)."""
+        now = time.time()
+        if now - self._spills_swept < SPILL_SWEEP_INTERVAL:
+            return
+        self._spills_swept = now
+        retention = self.host.settings.spill_retention_days * 86_400
+        remove_old_spills(self.spill_dir, older_than=retention)
+
+
+__all__ = ["SPILL_SWEEP_INTERVAL", "TurnBuilder"]
