@@ -6,6 +6,7 @@ servers are in tests/test_mcp_session.py and tests/test_mcp_persona.py.
 
 from __future__ import annotations
 
+import ast
 import base64
 import dataclasses
 import json
@@ -342,3 +343,19 @@ def test_no_mcp_json_costs_nothing(tmp_path: Path) -> None:
     assert not hub.configured and hub.servers() == []
     offered = offer(hub, make_ctx(services=Services(mcp=hub)))
     assert not {"mcp", "mcp_resources", "mcp_prompts"} & set(offered)
+
+
+def test_the_mcp_client_side_imports_nothing_of_turns() -> None:
+    """runtime/mcp/ (sessions, the hub, their records) is a client of MCP
+    servers; the tools made of it live beside the loop (runtime/mcp_source.py).
+    Importing the turn core from there tied runtime/mcp into a folder cycle."""
+    turn_core = {"context", "runner", "tool", "loop", "persona", "prompt", "mcp_source"}
+    folder = Path(__file__).resolve().parent.parent / "runtime" / "mcp"
+    reached: set[str] = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if parts[:2] == ["coterie", "runtime"] and len(parts) > 2:
+                    reached.add(parts[2])
+    assert reached and not reached & turn_core, sorted(reached)
