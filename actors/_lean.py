@@ -8,7 +8,7 @@ LanceDB) and so has it installed, but none of these objects ever crosses a
 coterie actor's boundary: Arrow stays inside the audit, memory and eval
 actors, and coterie's models are pydantic v2. Importing them costs each
 process ~12 MiB of its own memory and ~0.1 s of CPU at start (see "What an
-actor's process leaves out" in the README), so coterie's actor processes
+actor's process leaves out" in docs/cluster.md), so coterie's actor processes
 build the context without them. Should such an object cross anyway, it is pickled like any
 other object.
 
