@@ -228,6 +228,9 @@ class MessageEnvelope(_Model):
     text: str
     context: TurnContextKind = "user"
     origin: Origin = Field(default_factory=Origin)
+    # When the sender stops waiting (wall clock, seconds since the epoch):
+    # a message still queued then is not started as a turn, and a caller
+    # still waiting gets an error reply saying so (see ``expired``).
     deadline: float | None = None
     # Personas currently waiting on this message, outermost first.
     ask_path: list[str] = Field(default_factory=list)
@@ -237,6 +240,10 @@ class MessageEnvelope(_Model):
     # return: the sender awaits the reply; mirror: the reply is posted back
     # into the sender's inbox conversation as a wake; none: nobody hears it.
     reply_mode: Literal["return", "mirror", "none"] = "return"
+
+    def expired(self, at: float | None = None) -> bool:
+        """Whether the deadline has passed (at ``at``, default now)."""
+        return self.deadline is not None and (at or now()) > self.deadline
 
 
 TurnStatus = Literal["ok", "skipped", "failed", "error"]

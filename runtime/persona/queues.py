@@ -7,6 +7,9 @@
   everything queued (plus the interrupted turn's own messages) is answered by
   one merged turn — nothing said is dropped, and every waiting caller gets
   that turn's reply;
+- a message whose deadline has passed before its turn starts (an ask whose
+  sender stopped waiting) is not started as a turn; a caller still waiting
+  gets an error reply saying it expired;
 - messages from other personas are capped per conversation
   (``max_queue``); messages from people are never refused;
 - at most ``max_conversations`` are held in memory: idle ones beyond it are
@@ -235,7 +238,9 @@ class ConversationQueues:
 
     async def _drain(self, slot: _Slot) -> None:
         while slot.queue:
-            new, slot.queue = slot.queue, []
+            new, slot.queue = self._unexpired(slot.queue), []
+            if not new and not slot.carried:
+                continue
             answers, slot.carried = [*slot.carried, *new], []
             slot.interrupt = False
             slot.in_turn = True
@@ -255,6 +260,35 @@ class ConversationQueues:
                 continue
             self._resolve(answers, [self._reply(p.envelope, result, turn_id) for p in answers])
             await self._answered(batch, result)
+
+    def _unexpired(self, queued: list[Pending]) -> list[Pending]:
+        """``queued`` without the messages whose deadline has passed: nobody
+        waits for their answer any more (an ask that timed out), so no turn
+        starts on them. A caller still waiting hears why."""
+        at = time.time()
+        kept: list[Pending] = []
+        for pending in queued:
+            envelope = pending.envelope
+            if not envelope.expired(at):
+                kept.append(pending)
+                continue
+            assert envelope.deadline is not None
+            late = at - envelope.deadline
+            log.warning(
+                "%s: message %s from %s on %s expired %.1f s before its turn; not started",
+                self.persona,
+                envelope.id,
+                envelope.sender,
+                envelope.conversation_id,
+                late,
+            )
+            error = (
+                f"the message expired before {self.persona} started a turn on it: its "
+                f"deadline passed {late:.1f} s ago while it waited in {envelope.conversation_id}"
+            )
+            reply = ReplyEnvelope.failure(envelope, sender=self.persona, error=error)
+            self._resolve([pending], [reply])
+        return kept
 
     def _resolve(self, answers: list[Pending], replies: list[ReplyEnvelope]) -> None:
         for pending, reply in zip(answers, replies, strict=True):
