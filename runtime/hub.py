@@ -1,7 +1,15 @@
-"""An in-process messenger: several PersonaRuntimes talking without Ray.
+"""LocalHub: persona runtimes of one process asking and messaging each other,
+without Ray.
 
-Used by unit tests and as the in-process floor of the benchmarks; the actor
-runtime's messenger (``runtime.routing.Directory`` over Ray) has the same contract.
+:meth:`LocalHub.add` makes the hub a persona runtime's
+:class:`~coterie.runtime.services.Messenger`, so its ``ask_persona`` and
+``send_to_persona`` reach the other runtimes added. Part of the testing API
+(:mod:`coterie.runtime.testing` re-exports it): tests and scripts try personas
+together with it. On Ray the router plays this part (a caller reaches it
+through :class:`~coterie.runtime.routing.Directory`) with the same contract:
+``ask`` waits for the reply at most ``timeout`` seconds without cancelling the
+target's turn, ``post`` delivers without waiting, and an unknown name raises
+:class:`~coterie.runtime.errors.UnknownPersonaError`.
 """
 
 from __future__ import annotations
