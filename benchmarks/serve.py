@@ -40,7 +40,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from coterie.client import ServerClient, find_server  # noqa: E402
+from coterie.runtime.serve.client import ServerClient, find_server  # noqa: E402
 
 
 def write_home(home: Path) -> None:

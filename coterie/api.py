@@ -11,22 +11,18 @@ actors are then detached so they outlive this driver.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import socket
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import ray
 
+from coterie import cluster
 from coterie.actors._ray import (
-    NAMESPACE,
     RayPersonaLink,
     audit_name,
     memory_backend,
@@ -45,6 +41,7 @@ from coterie.actors.router import (
     check_cluster_placement,
     placement_options,
 )
+from coterie.holder import clear_holder, home_in_use, is_lock_conflict, record_holder
 from coterie.runtime.audit import QueryResult
 from coterie.runtime.config import (
     RuntimeSettings,
@@ -54,11 +51,12 @@ from coterie.runtime.config import (
     resolve_home,
 )
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
-from coterie.runtime.errors import ActorLostError, CoterieError, DeliveryError, UnknownPersonaError
+from coterie.runtime.errors import ActorLostError, DeliveryError, UnknownPersonaError
+from coterie.runtime.frontdoor import PersonaInfo
 from coterie.runtime.memory import MemoryClient, RecallHit
 from coterie.runtime.memory.choice import EmbedderChoice
 from coterie.runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
-from coterie.runtime.routing import Directory, PersonaInfo, RouterStatus
+from coterie.runtime.routing import Directory, RouterStatus
 
 DEFAULT_ASK_TIMEOUT = 120.0
 #: Seconds a status waits for the memory store (it may still be starting).
@@ -67,182 +65,6 @@ T = TypeVar("T")
 
 
 log = logging.getLogger(__name__)
-
-_TOKEN_HELP = (
-    "put the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
-    "(`ray get-auth-token` on its head node prints it)"
-)
-
-
-def _host_port(address: str) -> tuple[str, int] | None:
-    """``address`` as ``(host, port)``; None for "auto", "ray://…" and the like,
-    which Ray resolves itself."""
-    host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
-def _check_reachable(address: str) -> None:
-    """Fail fast on a ``host:port`` nobody listens on (Ray itself retries for minutes)."""
-    where = _host_port(address)
-    if where is None:
-        return
-    try:
-        socket.create_connection(where, timeout=5).close()
-    except OSError as exc:
-        raise CoterieError(f"cannot reach the Ray cluster at {address}: {exc}") from None
-
-
-@contextlib.contextmanager
-def _stderr_without(tag: bytes) -> Iterator[None]:
-    """Hold back what reaches file descriptor 2 meanwhile, then pass it on
-    without the lines naming ``tag`` (Ray's C++ client logs each refused
-    connect there, past Python's logging)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            kept = b"".join(line for line in sink if tag not in line)
-            while kept:
-                kept = kept[os.write(2, kept) :]
-
-
-def _probe_cluster(address: str) -> None:
-    """Ask the cluster's GCS once before ``ray.init`` joins it.
-
-    ``ray.init`` retries a refused auth token for ~20 s, logging every try, and
-    compares Ray versions only after connecting: one question first makes
-    either a single clear error at once. It also tells whether the cluster
-    wants this user's token (see below)."""
-    try:
-        from ray._common.usage.usage_lib import get_cluster_metadata
-        from ray._private.utils import check_version_info, compute_version_info
-        from ray._raylet import (  # type: ignore[attr-defined]  # not in its stub
-            AuthenticationMode,
-            AuthenticationTokenLoader,
-            Config,
-            InnerGcsClient,
-            get_authentication_mode,
-        )
-        from ray.exceptions import AuthenticationError, RayError
-    except ImportError:  # a Ray without token auth: its own errors will do
-        return
-    cannot = f"cannot join the Ray cluster at {address}"
-    token_mode = get_authentication_mode() == AuthenticationMode.TOKEN
-    # Only asked when it matters: merely loading a token into a process
-    # without token auth leaves its actors never starting (seen in Ray 2.60).
-    has_token = AuthenticationTokenLoader.instance().has_token
-    if token_mode and not has_token(ignore_auth_mode=True):
-        raise CoterieError(
-            f"{cannot}: RAY_AUTH_MODE is token but no auth token was found; {_TOKEN_HELP}"
-        )
-
-    def connect() -> Any:
-        """A GCS client; None when the cluster refuses this process's auth."""
-        try:
-            with _stderr_without(b"gcs_client.cc"):
-                return InnerGcsClient.standalone(address, None, 5000)
-        except AuthenticationError:
-            return None
-        except RayError as exc:
-            raise CoterieError(f"{cannot}: {_first_line(exc)}") from None
-
-    client = connect()
-    mode = os.environ.get("RAY_AUTH_MODE")
-    if client is None and mode is None and has_token(ignore_auth_mode=True):
-        # What ray.init does for a cluster it finds itself, never for a named
-        # one: send this user's token. Only when asked: the actors of a driver
-        # with token auth on a cluster without it are cancelled before they
-        # start (Ray 2.60). Ray read RAY_AUTH_MODE at import, hence the refresh.
-        os.environ["RAY_AUTH_MODE"] = "token"
-        Config.initialize("")
-        token_mode = True
-        log.info("the Ray cluster at %s wants an auth token: sending this user's", address)
-        client = connect()
-    if client is None:
-        if token_mode:
-            why = f"it refused this process's auth token; {_TOKEN_HELP}"
-        elif mode is not None:
-            why = f"it wants an auth token; set RAY_AUTH_MODE=token (not {mode}) and {_TOKEN_HELP}"
-        else:
-            why = f"it wants an auth token and none was found; {_TOKEN_HELP}"
-        raise CoterieError(f"{cannot}: {why}")
-    try:
-        cluster = get_cluster_metadata(client)
-        cluster_versions = (cluster["ray_version"], cluster["python_version"])
-    except Exception:  # no metadata (yet): ray.init checks for itself
-        return
-    try:
-        check_version_info(cluster, "this process")
-    except RuntimeError:
-        ours = compute_version_info()
-        raise CoterieError(
-            f"{cannot}: version mismatch, the cluster runs Ray {cluster_versions[0]} on "
-            f"Python {cluster_versions[1]} and this process Ray {ours[0]} on Python {ours[1]}"
-        ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _join(address: str) -> None:
-    """``ray.init`` on ``address``; a failed join is one :class:`CoterieError`
-    naming its cause (the CLI prints it without a traceback)."""
-    _check_reachable(address)
-    if _host_port(address) is not None:
-        _probe_cluster(address)
-    try:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
-    except Exception as exc:
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        auth_error = getattr(ray.exceptions, "AuthenticationError", ())
-        why = _first_line(exc)
-        if isinstance(exc, auth_error):
-            why = f"auth token missing or refused; set RAY_AUTH_MODE=token and {_TOKEN_HELP}"
-        raise CoterieError(f"cannot join the Ray cluster at {address}: {why}") from exc
-
-
-def _note_recorded_cluster() -> None:
-    """Say so when `ray start` recorded a live cluster on this machine.
-
-    A bare ``ray.init()`` would join it (and refuse coterie's ``num_cpus``);
-    coterie starts its own local instance instead, which may surprise a user
-    who meant to join that one."""
-    try:
-        from ray._private.utils import read_ray_address
-
-        recorded = read_ray_address()
-    except Exception:
-        return
-    where = _host_port(recorded) if recorded else None
-    if where is None:
-        return
-    try:
-        socket.create_connection(where, timeout=1).close()
-    except OSError:
-        log.info("Ray's record of a `ray start` cluster at %s is stale: ignored", recorded)
-        return
-    log.warning(
-        "a Ray cluster started with `ray start` is running at %s; coterie starts its own "
-        "local one (pass --address %s or set RAY_ADDRESS to join it)",
-        recorded,
-        recorded,
-    )
 
 
 class Runtime:
@@ -304,15 +126,29 @@ class Runtime:
             memory_actor=memory_name(self.id),
             settings=self.settings,
         )
-        # The router always (as before); the others when pinned, since then a
-        # full node can leave them pending (unpinned, nothing waited for them:
-        # the memory store is slow to start).
-        waits = [(self.router, placement.router, "the router")]
-        if placement.audit.pinned:
-            waits.append((self.audit, placement.audit, "the audit log"))
+        # The router and the audit log always: the audit log fails at once
+        # when another runtime holds the home's DuckDB file, and says so here
+        # rather than in the first turn. The memory store when pinned, since
+        # then a full node can leave it pending (unpinned, nothing waits for
+        # it: it is slow to start).
+        waits = [
+            (self.router, placement.router, "the router"),
+            (self.audit, placement.audit, "the audit log"),
+        ]
         if placement.memory.pinned:
             waits.append((self.memory, placement.memory, "the memory store"))
-        await_started(waits)
+        try:
+            await_started(waits)
+        except ray.exceptions.RayActorError as exc:
+            if not is_lock_conflict(exc):
+                raise
+            # A runtime here without its audit log is of no use: what this
+            # start made on the cluster goes, so the next start makes it anew.
+            for handle in (self.router, self.memory):
+                ray.kill(handle, no_restart=True)
+            raise home_in_use(home, exc) from None
+        self.address: str = ray.get_runtime_context().gcs_address
+        record_holder(home, address=self.address, detached=detached)
         self.directory: Directory[Any] = Directory(RayPersonaLink(router_name(self.id), namespace))
         # Sync calls run the async delivery on one background loop.
         self._loop = asyncio.new_event_loop()
@@ -335,32 +171,19 @@ class Runtime:
         (home_path / "personas").mkdir(parents=True, exist_ok=True)
         settings = settings or load_settings(home_path)
         address = address or os.environ.get("RAY_ADDRESS") or None
-        owns_ray = False
-        if ray.is_initialized():
-            namespace = ray.get_runtime_context().namespace or NAMESPACE
-            detached = False
-        elif address:
-            _join(address)
-            namespace, detached = NAMESPACE, True
-        else:
-            # "local": never the cluster a bare ray.init() finds on its own.
-            _note_recorded_cluster()
-            ray.init(
-                address="local",
-                num_cpus=num_cpus or os.cpu_count() or 2,
-                namespace=NAMESPACE,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
+        connection = cluster.connect(address, num_cpus=num_cpus)
+        try:
+            return cls(
+                home=home_path,
+                namespace=connection.namespace,
+                owns_ray=connection.owns_ray,
+                detached=connection.detached,
+                settings=settings,
             )
-            namespace, detached, owns_ray = NAMESPACE, False, True
-        return cls(
-            home=home_path,
-            namespace=namespace,
-            owns_ray=owns_ray,
-            detached=detached,
-            settings=settings,
-        )
+        except BaseException:
+            if connection.owns_ray:  # nothing of it is left to use
+                ray.shutdown()
+            raise
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -643,6 +466,7 @@ class Runtime:
                 ray.kill(self.audit)
                 ray.kill(self.memory)
                 ray.kill(self.router)
+                clear_holder(self.home, address=self.address)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)

@@ -15,9 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from coterie import eval_cli
-from coterie.client import ServerClient, ServerError, find_server, read_state
 from coterie.runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
-from coterie.runtime.errors import CoterieError, PersonaConfigError
+from coterie.runtime.errors import AuditQueryError, CoterieError, PersonaConfigError
+from coterie.runtime.serve.client import ServerClient, ServerError, find_server
+from coterie.runtime.serve.discovery import read_state
 
 console = Console()
 err_console = Console(stderr=True)
@@ -243,7 +244,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
         finally:
             rt.shutdown()
     else:
-        result = read_only_query(str(resolve_home(args.home) / "audit.duckdb"), args.sql)
+        home = resolve_home(args.home)
+        try:
+            result = read_only_query(str(home / "audit.duckdb"), args.sql)
+        except AuditQueryError as exc:
+            from coterie.holder import home_in_use, is_lock_conflict
+
+            if is_lock_conflict(exc):  # a runtime holds the file: say which
+                raise home_in_use(home, exc) from None
+            raise
     if args.json:
         print(
             json.dumps(
@@ -278,7 +287,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if running is not None:
         _print_error(f"coterie serve already runs for {home} at {running.state.url}")
         return 1
-    return run_serve(args.home, host=args.host, port=args.port, address=args.address)
+    return run_serve(
+        args.home,
+        host=args.host,
+        port=args.port,
+        address=args.address,
+        token_file=args.token_file,
+    )
 
 
 def cmd_mcp_serve(args: argparse.Namespace) -> int:
@@ -303,10 +318,15 @@ def cmd_mcp_serve(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
-    server = find_server(home)
+    left = read_state(home)
+    server = find_server(home)  # removes a state file a dead server left
     if server is None:
-        stale = read_state(home)
-        note = " (a stale serve.json was left by a server that died)" if stale else ""
+        note = ""
+        if left is not None:
+            gone = read_state(home) is None
+            note = " (a stale serve.json was left by a server that died" + (
+                "; removed)" if gone else ")"
+            )
         console.print(f"No coterie serve runs for {home}{note}. Start one: coterie serve")
         return 1
     if args.page_url:
@@ -362,6 +382,53 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stop(args: argparse.Namespace) -> int:
+    from coterie.holder import read_holder
+
+    home = resolve_home(args.home)
+    server = find_server(home)
+    if server is not None:
+        _print_error(
+            f"coterie serve runs for {home} at {server.state.url} (pid {server.state.pid}): "
+            "stop that (Ctrl-C or SIGTERM); its runtime stops with it"
+        )
+        return 1
+    holder = read_holder(home)
+    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    if address is None and holder is not None and holder.detached:
+        address = holder.address
+    if address is None:
+        why = (
+            f"its runtime was started by process {holder.pid} on its own Ray, and stops "
+            "when that command ends"
+            if holder is not None
+            else "no runtime of it is recorded as left running on a Ray cluster"
+        )
+        _print_error(
+            f"nothing to stop for {home}: {why}; name a cluster: coterie stop --address ADDRESS"
+        )
+        return 1
+    from coterie.stop import stop_runtime  # imports Ray
+
+    with console.status(f"Stopping the runtime of {home} on the Ray cluster at {address}…"):
+        stopped = stop_runtime(home, address)
+    if not stopped.found:
+        _print_error(f"no runtime of {home} runs on the Ray cluster at {stopped.address}")
+        return 1
+    unwritten = (
+        f"; {stopped.audit_pending} audit rows could not be written"
+        if stopped.audit_pending
+        else ""
+    )
+    console.print(
+        f"Stopped the runtime of {home} on the Ray cluster at {stopped.address}: "
+        f"{stopped.personas} persona actor(s), the audit log flushed and closed{unwritten}.",
+        markup=False,
+        highlight=False,
+    )
+    return 0 if not stopped.audit_pending else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coterie", description=__doc__)
     parser.add_argument("--home", help="runtime home (default $COTERIE_HOME or ~/.coterie)")
@@ -388,6 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="keep the runtime up behind the HTTP API and chat page")
     p.add_argument("--host", help="address to bind (default serve.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default serve.port, 8765; 0: any free)")
+    p.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="the bearer token, read from PATH (mode 0600); default $COTERIE_SERVE_TOKEN "
+        "(serve.token_env), else the one kept in <home>/serve.token (made at the first start)",
+    )
 
     p = sub.add_parser(
         "mcp-serve",
@@ -409,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-file",
         metavar="PATH",
         help="--http's bearer token, read from PATH (mode 0600); default $COTERIE_MCP_TOKEN, "
-        "else a new one written to <home>/mcp-serve.token",
+        "else the one kept in <home>/mcp-serve.token (made at the first start)",
     )
     auth.add_argument(
         "--no-auth",
@@ -439,6 +512,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--page-url", action="store_true", help="print the chat page's address with its token"
     )
 
+    p = sub.add_parser(
+        "stop",
+        help="stop this home's runtime left running on a Ray cluster",
+        description="Stop the runtime of the home that a command joined to a Ray cluster "
+        "(--address) left running there: the personas stop, the audit log is flushed and "
+        "lets go of the home. Without --address: $RAY_ADDRESS, else the cluster the home's "
+        "record names.",
+    )
+    p.add_argument(
+        "--address",
+        default=argparse.SUPPRESS,
+        help="the Ray cluster it runs on (default $RAY_ADDRESS, else the recorded one)",
+    )
+    p.add_argument(
+        "--home",
+        default=argparse.SUPPRESS,
+        help="runtime home (default $COTERIE_HOME or ~/.coterie)",
+    )
+
     eval_cli.add_parser(sub)
     return parser
 
@@ -453,6 +545,7 @@ COMMANDS = {
     "serve": cmd_serve,
     "mcp-serve": cmd_mcp_serve,
     "status": cmd_status,
+    "stop": cmd_stop,
 }
 
 
@@ -461,11 +554,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         return COMMANDS[args.command](args)
+    except ServerError as exc:  # before its base, CoterieError: the status says more
+        _print_error(f"coterie serve answered {exc.status} ({exc.kind}): {exc}")
+        return 1
     except CoterieError as exc:
         _print_error(str(exc))
-        return 1
-    except ServerError as exc:
-        _print_error(f"coterie serve answered {exc.status} ({exc.kind}): {exc}")
         return 1
     except KeyboardInterrupt:
         return 130

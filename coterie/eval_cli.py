@@ -202,7 +202,7 @@ def _run(plan: RunPlan, args: argparse.Namespace, store: EvalStore) -> int:
         # A running `coterie serve`: join its cluster and runtime instead of
         # starting another (its personas, audit log and memory are shared).
         # Before Ray is imported: joining needs the server's auth mode.
-        from coterie.client import find_server
+        from coterie.runtime.serve.client import find_server
 
         server = find_server(resolve_home(args.home))
         if server is not None and server.state.ray_address:

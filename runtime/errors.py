@@ -262,6 +262,19 @@ class UnknownConnectorError(ConnectorError):
     """No connector of that id runs (they run in ``coterie serve``)."""
 
 
+class ServeError(CoterieError):
+    """A front door (``coterie serve``, ``coterie mcp-serve``) failed: a request
+    it answers with an error (``runtime.serve.http.ApiError``), an error a
+    running server answered a client with (``runtime.serve.client.ServerError``),
+    or a server that cannot start, such as a second one for a home already served."""
+
+
+class HomeInUseError(CoterieError):
+    """Another runtime holds this home (its audit log's lock): the message
+    names it (a runtime left detached on a Ray cluster, or another process)
+    and what to do about it."""
+
+
 class ToolError(Exception):
     """A tool's expected failure, reported to the model (not a runtime fault).
 
@@ -292,6 +305,7 @@ __all__ = [
     "CoterieError",
     "DeliveryError",
     "ErrorKind",
+    "HomeInUseError",
     "MissingAPIKeyError",
     "ModelError",
     "ModelHTTPError",
@@ -300,6 +314,7 @@ __all__ = [
     "PersonaPassivatedError",
     "PlacementError",
     "QueueFullError",
+    "ServeError",
     "ToolError",
     "TurnFailedError",
     "UnknownConnectorError",

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from coterie.client import ServerState, read_state
+from coterie.runtime.serve.discovery import ServerState, read_state
 from coterie.serve import serve
 
 

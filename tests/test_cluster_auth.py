@@ -177,6 +177,19 @@ def test_join_with_a_wrong_token_says_it_was_refused(
     assert "RAY_AUTH_MODE is token but no auth token was found" in error
 
 
+def test_a_token_path_naming_no_file_is_one_error(
+    head: Head, tmp_path: Path, echo_home: Path
+) -> None:
+    # RAY_AUTH_MODE unset: Ray itself raises from its token lookup, which
+    # only the cluster's refusal of a tokenless join makes coterie ask.
+    missing = tmp_path / "no-such-token"
+    env = user_env(make_home(tmp_path / "user"), head.tmp, RAY_AUTH_TOKEN_PATH=str(missing))
+    error = one_error(coterie(env, echo_home, "ask", "echo", "hello", address=head.address))
+    assert f"cannot join the Ray cluster at {head.address}" in error
+    assert f"RAY_AUTH_TOKEN_PATH names {missing}, which cannot be opened or is empty" in error
+    assert "~/.ray/auth_token or RAY_AUTH_TOKEN" in error
+
+
 def test_join_with_the_users_token_works(head: Head, tmp_path: Path, echo_home: Path) -> None:
     # RAY_AUTH_MODE unset, as after `ray start --head`: coterie sends the token.
     env = user_env(make_home(tmp_path / "user", head.token), head.tmp)

@@ -37,10 +37,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent, Tool
 
-from coterie.client import ServerClient, ServerError, ServerState
-from coterie.mcp_serve import TOKEN_ENV, TOKEN_FILE, BearerAuth, http_auth
 from coterie.runtime.audit import read_only_query
 from coterie.runtime.errors import CoterieError
+from coterie.runtime.serve.client import ServerClient, ServerError
+from coterie.runtime.serve.discovery import ServerState
+from coterie.runtime.serve.mcp_transport import TOKEN_ENV, TOKEN_FILE, BearerAuth, http_auth
 from tests.helpers import asker, scripted, write_persona
 from tests.serving import running_server
 

@@ -17,7 +17,11 @@ import openai
 import pytest
 import yaml
 
-from coterie.client import ServerClient, ServerState
+from coterie.runtime.errors import ServeError
+from coterie.runtime.frontdoor import message
+from coterie.runtime.messages import ReplyEnvelope, TextDelta
+from coterie.runtime.serve.client import ServedDoor, ServerClient, ServerError
+from coterie.runtime.serve.discovery import ServerState
 from tests.helpers import asker, scripted, write_persona
 from tests.serving import running_server
 
@@ -414,3 +418,37 @@ def test_openai_errors_come_back_as_sdk_errors(client: openai.OpenAI) -> None:
 
 def test_openai_models_lists_personas(client: openai.OpenAI) -> None:
     assert {m.id for m in client.models.list()} == {"asker", "calc", "notifier", "slow"}
+
+
+# -- the served door: the front door over this API (what mcp-serve goes through) ----------
+
+
+async def test_the_served_door_is_the_whole_front_door_over_the_api(server: ServerState) -> None:
+    door = ServedDoor(ServerClient(server))
+    assert [p.name for p in await door.personas_async()] == ["asker", "calc", "notifier", "slow"]
+    assert [p.name for p in await door.personas_async(1, 2)] == ["calc", "notifier"]
+    assert await door.persona_count_async() == 4
+    asked = message("calc", "what is 6*7?", conversation_id="c-door")
+    reply = await door.deliver_async(asked, timeout=60)
+    assert reply.text == "The answer is 42." and reply.conversation_id == "c-door"
+    items = [i async for i in door.stream_async(message("calc", "again", conversation_id="c-door"))]
+    assert isinstance(items[-1], ReplyEnvelope) and items[-1].text == "The answer is 42."
+    deltas = [i.text for i in items if isinstance(i, TextDelta)]
+    assert len(deltas) > 1 and "".join(deltas) == "The answer is 42."
+    await door.post_async(message("asker", "no wait", conversation_id="c-door-post", wait=False))
+    history = await door.history_async("calc", "c-door")
+    assert [m.text for m in history if m.kind == "user"] == ["what is 6*7?", "again"]
+    assert await door.history_async("calc", "never-was") == []
+    counted = await door.query_async(
+        "select count(*) from events where conversation_id = 'c-door' and kind = 'turn_ended'"
+    )
+    assert counted.rows[0][0] == 2
+    assert (await door.status_async())["personas"]["registered"] == 4
+    with pytest.raises(ServerError) as unknown:
+        await door.deliver_async(message("ghost", "boo", conversation_id="c-ghost"), timeout=60)
+    assert unknown.value.status == 404 and "unknown persona 'ghost'" in str(unknown.value)
+    # What the API cannot carry is refused, not dropped on the way.
+    from_a_persona = message("calc", "x", conversation_id="c-x", wait=False)
+    from_a_persona.sender = "asker"
+    with pytest.raises(ServeError, match="cannot carry sender 'asker'"):
+        await door.post_async(from_a_persona)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from coterie.client import ServerClient, find_server, read_state
 from coterie.runtime.audit import read_only_query
+from coterie.runtime.serve.client import ServerClient, find_server
+from coterie.runtime.serve.discovery import read_state
 from tests.helpers import asker, scripted, write_persona
 from tests.test_cli import ROOT, coterie
 
@@ -152,6 +153,12 @@ def test_eval_joins_the_servers_cluster(served: Served) -> None:
 def test_a_second_serve_for_the_same_home_is_refused(served: Served) -> None:
     proc = coterie(served.home, "serve", "--port", "0", timeout=60)
     assert proc.returncode == 1 and "already runs" in proc.stderr
+
+
+def test_stop_leaves_a_served_home_to_its_server(served: Served) -> None:
+    proc = coterie(served.home, "stop", timeout=60)
+    assert proc.returncode == 1 and f"coterie serve runs for {served.home}" in proc.stderr
+    assert served.client().get("/v1/health")["status"] == "ok"
 
 
 def test_sigterm_stops_cleanly_with_everything_flushed(served: Served) -> None:

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from coterie.client import ServerClient, ServerState
+from coterie.runtime.serve.client import ServerClient
+from coterie.runtime.serve.discovery import ServerState
 from tests.fakes.telegram_server import TelegramStandIn
 from tests.helpers import scripted, write_persona
 from tests.serving import running_server
@@ -160,7 +161,7 @@ def test_send_message_reaches_another_chat(server: ServerState, stand_in: StandI
 
 def test_without_its_token_the_connector_is_off(tmp_path: Path) -> None:
     from coterie.runtime.config import load_settings
-    from coterie.serve import chat_app_connectors
+    from coterie.runtime.serve.server import chat_app_connectors
 
     write_home(tmp_path, "http://127.0.0.1:9")
     saved = os.environ.pop("TELEGRAM_BOT_TOKEN", None)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from playwright import sync_api
 
-from coterie.client import ServerState
+from coterie.runtime.serve.discovery import ServerState
 from tests.helpers import write_persona
 from tests.serving import running_server
 

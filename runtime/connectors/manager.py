@@ -13,11 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
-from coterie.runtime.connectors.base import Connector, InboundMessage, OutboundMessage, info
+from coterie.runtime.connectors.base import (
+    Connector,
+    ConnectorInfo,
+    InboundMessage,
+    OutboundMessage,
+    info,
+)
 from coterie.runtime.errors import CoterieError
+from coterie.runtime.frontdoor import FrontDoor
 from coterie.runtime.messages import MessageEnvelope, Origin, ReplyEnvelope
-from coterie.runtime.serve.backend import FrontDoor
 
 log = logging.getLogger("coterie.connectors")
 
@@ -48,12 +55,30 @@ def reply_message(reply: ReplyEnvelope, inbound: InboundMessage, connector: str)
     )
 
 
+class ConnectorHost(FrontDoor, Protocol):
+    """The runtime as the connectors need it: its front door, to deliver what
+    people send, and the outbox of messages for them (the router holds it)."""
+
+    async def connectors_register_async(self, infos: list[ConnectorInfo]) -> None:
+        """Offer these connectors (again): their lease starts now."""
+        ...
+
+    async def connectors_unregister_async(self, ids: list[str]) -> None:
+        """Stop offering these connectors (a clean server shutdown)."""
+        ...
+
+    async def connector_take_async(self, connector_id: str, wait: float) -> list[OutboundMessage]:
+        """Everything waiting for ``connector_id``, waiting up to ``wait``
+        seconds for the first; renews its lease."""
+        ...
+
+
 class ConnectorManager:
     """Connects each connector to the runtime (see the module docstring)."""
 
     def __init__(
         self,
-        backend: FrontDoor,
+        backend: ConnectorHost,
         connectors: list[Connector],
         *,
         default_persona: Callable[[str], str | None] = lambda _id: None,
@@ -137,4 +162,4 @@ class ConnectorManager:
             await self.send(connector, reply_message(reply, inbound, connector.id))
 
 
-__all__ = ["ConnectorManager", "connector_conversation", "reply_message"]
+__all__ = ["ConnectorHost", "ConnectorManager", "connector_conversation", "reply_message"]

@@ -25,6 +25,7 @@ from coterie.runtime.config import load_persona_dir
 from coterie.runtime.connectors.base import ConnectorInfo
 from coterie.runtime.connectors.outbox import Outbox
 from coterie.runtime.errors import ActorLostError, CoterieError, UnknownPersonaError
+from coterie.runtime.frontdoor import PersonaInfo
 from coterie.runtime.mcp.config import load_servers
 from coterie.runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope
 from coterie.runtime.routing.roster import Roster
@@ -33,16 +34,6 @@ H = TypeVar("H")
 
 #: Actor ids of deliberately stopped personas remembered (oldest forgotten first).
 PASSIVATED_CAP = 10_000
-
-
-class PersonaInfo(BaseModel):
-    """One persona of the home, as the router lists it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    description: str
-    active: bool
 
 
 #: Seconds an active persona has to report its activity to ``status``.

@@ -41,9 +41,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from coterie.runtime.config import ServeSettings, load_persona_dir, persona_names
 from coterie.runtime.connectors.mailbox import MailboxConnector
 from coterie.runtime.errors import CoterieError
+from coterie.runtime.frontdoor import FrontDoor
 from coterie.runtime.messages import MessageEnvelope, Origin, StreamItem
 from coterie.runtime.serve import openai_compat
-from coterie.runtime.serve.backend import FrontDoor
 from coterie.runtime.serve.http import (
     ID_PATTERN,
     STATE,

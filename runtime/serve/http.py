@@ -4,7 +4,6 @@ per-conversation in-flight cap and server-sent events."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import re
@@ -25,9 +24,11 @@ from coterie.runtime.errors import (
     PersonaConfigError,
     PlacementError,
     QueueFullError,
+    ServeError,
     UnknownPersonaError,
 )
-from coterie.runtime.serve.backend import FrontDoor
+from coterie.runtime.frontdoor import FrontDoor
+from coterie.runtime.serve.auth import request_authorized
 
 log = logging.getLogger("coterie.serve")
 
@@ -37,7 +38,7 @@ ID_PATTERN = r"^[A-Za-z0-9_.:@-]{1,200}$"
 _ID = re.compile(ID_PATTERN)
 
 
-class ApiError(Exception):
+class ApiError(ServeError):
     """An error answered as ``{"error": {...}}`` with ``status``."""
 
     def __init__(self, status: int, kind: str, message: str, field: str | None = None) -> None:
@@ -56,6 +57,8 @@ class ApiError(Exception):
 
 def error_for(exc: CoterieError) -> ApiError:
     """The HTTP error for a runtime error."""
+    if isinstance(exc, ApiError):
+        return exc
     if isinstance(exc, UnknownPersonaError):
         return ApiError(404, "unknown_persona", str(exc))
     if isinstance(exc, QueueFullError):
@@ -179,12 +182,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _authorized(request: web.Request, state: ServerState) -> bool:
-    if state.settings.loopback_without_token and request.remote in ("127.0.0.1", "::1"):
-        return True
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        given.strip().encode(), state.token.encode()
+    return request_authorized(
+        request.headers.get("Authorization", ""),
+        request.remote,
+        state.token,
+        loopback_without_token=state.settings.loopback_without_token,
     )
 
 
