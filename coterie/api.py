@@ -68,7 +68,12 @@ log = logging.getLogger(__name__)
 
 
 class Runtime:
-    """A handle on one coterie runtime (one home) on a Ray cluster."""
+    """A handle on one coterie runtime (one home) on a Ray cluster.
+
+    Its ``*_async`` methods make it a :class:`~coterie.runtime.frontdoor.FrontDoor`
+    (the facade every door talks to: ``coterie serve``, ``coterie mcp-serve``,
+    the connectors); the others are their blocking forms, for scripts.
+    """
 
     def __init__(
         self,

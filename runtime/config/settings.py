@@ -68,8 +68,8 @@ class ServeSettings(Strict):
     port: int = Field(default=8765, ge=0, le=65535, description="its port (0: any free one)")
     token_env: str = Field(
         default="COTERIE_SERVE_TOKEN",
-        description="environment variable holding the bearer token (unset: a random one "
-        "is made at start and written to <home>/serve.json, readable by this user only)",
+        description="environment variable holding the bearer token (unset: the one kept in "
+        "<home>/serve.token, made at the first start; both readable by this user only)",
     )
     loopback_without_token: bool = Field(
         default=False, description="requests from 127.0.0.1/::1 need no token"
