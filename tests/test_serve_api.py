@@ -428,19 +428,21 @@ async def test_the_served_door_is_the_whole_front_door_over_the_api(server: Serv
     assert [p.name for p in await door.personas_async()] == ["asker", "calc", "notifier", "slow"]
     assert [p.name for p in await door.personas_async(1, 2)] == ["calc", "notifier"]
     assert await door.persona_count_async() == 4
-    asked = message("calc", "what is 6*7?", conversation_id="c-door")
+    asked = message("calc", "what is 6*7?", conversation_id="door:c1")
     reply = await door.deliver_async(asked, timeout=60)
-    assert reply.text == "The answer is 42." and reply.conversation_id == "c-door"
-    items = [i async for i in door.stream_async(message("calc", "again", conversation_id="c-door"))]
+    assert reply.text == "The answer is 42." and reply.conversation_id == "door:c1"
+    items = [
+        i async for i in door.stream_async(message("calc", "again", conversation_id="door:c1"))
+    ]
     assert isinstance(items[-1], ReplyEnvelope) and items[-1].text == "The answer is 42."
     deltas = [i.text for i in items if isinstance(i, TextDelta)]
     assert len(deltas) > 1 and "".join(deltas) == "The answer is 42."
     await door.post_async(message("asker", "no wait", conversation_id="c-door-post", wait=False))
-    history = await door.history_async("calc", "c-door")
+    history = await door.history_async("calc", "door:c1")
     assert [m.text for m in history if m.kind == "user"] == ["what is 6*7?", "again"]
     assert await door.history_async("calc", "never-was") == []
     counted = await door.query_async(
-        "select count(*) from events where conversation_id = 'c-door' and kind = 'turn_ended'"
+        "select count(*) from events where conversation_id = 'door:c1' and kind = 'turn_ended'"
     )
     assert counted.rows[0][0] == 2
     assert (await door.status_async())["personas"]["registered"] == 4

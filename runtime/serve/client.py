@@ -232,7 +232,7 @@ class ServedDoor:
         return [RecallHit.model_validate(h) for h in data["hits"]]
 
     async def history_async(self, persona: str, conversation_id: str) -> list[ChatMessage]:
-        path = _persona_path(persona, f"conversations/{quote(conversation_id, safe='')}")
+        path = _persona_path(persona, f"conversations/{quote(conversation_id, safe=':@')}")
         try:
             data = await self._call(self.client.get, path)
         except ServerError as exc:
