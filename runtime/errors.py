@@ -1,16 +1,21 @@
-"""The coterie exception tree.
+"""The coterie exception tree: every exception the package raises.
 
-Failures of the runtime itself are exceptions; failures the *model* should
-read (a tool that timed out, bad arguments) are never raised to the loop but
-returned as tool-result strings (see ``runtime.runner``).
+Failures of the runtime itself are exceptions, all of them a
+:class:`CoterieError`; failures the *model* should read (a tool that timed
+out, bad arguments) are never raised to the loop but returned as tool-result
+strings (see ``runtime.runner``). Where a class is defined elsewhere, its
+module is named.
 
 ::
 
     CoterieError
     ├── ConfigError                 a config or persona file is wrong
     │   ├── PersonaConfigError      names the file, the field and what was expected
+    │   │   └── McpConfigError      an mcp.json (runtime.mcp.config)
     │   ├── PlacementError          no alive node can hold an actor's placement
-    │   └── TaskFileError           an eval task or its dataset (runtime.eval.task)
+    │   ├── TaskFileError           an eval task or its dataset (runtime.eval.task)
+    │   ├── AcpRosterError          an acp.json (runtime.delegation.acp.roster)
+    │   └── SpawnError              an MCP server's command cannot run (runtime.mcp._stdio)
     ├── UnknownPersonaError         no persona of that name exists
     ├── ModelError                  a model provider failed
     │   ├── MissingAPIKeyError      names the environment variable to set
@@ -22,22 +27,35 @@ returned as tool-result strings (see ``runtime.runner``).
     │   ├── PersonaPassivatedError  the actor is closing; resolve the persona again
     │   ├── AskCycleError           the ask would wait on a persona waiting on the asker
     │   └── ActorLostError          an actor's process is gone (it may be restarting)
+    ├── AcpError                    a coding agent's session (runtime.delegation.acp.records)
+    │   ├── AcpStartError           the agent is missing, exited at once, or lacks a secret
+    │   ├── AcpStartupTimeoutError  no session within the entry's startup_timeout
+    │   └── AcpProtocolError        the agent answered with an error (or another version)
     ├── ScorerError                 an eval scorer could not score (runtime.eval.scorers)
     ├── SampleLimitReached          a per-sample eval limit ended it (runtime.eval.limits)
     ├── EvalStoreError              the eval results store refused (runtime.eval.store)
     ├── AuditQueryError             an audit query was refused or failed
     ├── AuditOverloadedError        the audit log holds too many unwritten rows right now
     ├── AuditSpoolInUseError        another audit buffer holds the spool file
-    └── ConnectorError              a connector could not deliver, or none runs
-        └── UnknownConnectorError   under that id (they run in coterie serve)
+    ├── ConnectorError              a connector could not deliver, or none runs
+    │   └── UnknownConnectorError   under that id (they run in coterie serve)
+    ├── ServeError                  a front door failed
+    │   ├── ApiError                a request answered with an error status (runtime.serve.http)
+    │   └── ServerError             a server's error, as its client sees it (runtime.serve.client)
+    └── HomeInUseError              another runtime holds this home (its audit log's lock)
 
     ToolError                       (apart from the tree) a tool's failure the
                                     model should read: the runner turns it into
                                     {"error": kind, "detail": …}
 
+Not drawn: private exceptions (``_Name``), signals raised and caught inside
+one module that never reach a caller. tests/test_error_tree.py holds the
+drawing to the code: every exception class of the package is a
+``CoterieError`` (``ToolError`` aside) drawn under its real parent.
+
 :data:`ErrorKind` is the one vocabulary of those kinds: every ``ToolError``,
 every runner outcome and the ``error_kind`` column of the audit log use it
-(the README's reliability section lists them with their meaning).
+(the guide's reliability page lists them with their meaning).
 """
 
 from __future__ import annotations
@@ -45,7 +63,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 #: Every error kind a tool result or an audit row can carry. Grouped by where
-#: they arise; the README lists them with their meaning.
+#: they arise; the guide's reliability page lists them with their meaning.
 ErrorKind = Literal[
     # the runner and the loop
     "timeout",

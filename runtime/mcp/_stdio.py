@@ -34,6 +34,7 @@ from mcp import types as mt
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from coterie.runtime.errors import ConfigError
 from coterie.runtime.mcp._convert import STDERR_HINT_CHARS, one_line
 from coterie.runtime.mcp.records import McpLaunch
 from coterie.runtime.shell.handle import group_members
@@ -58,8 +59,10 @@ EXIT_POLL_S = 0.02
 _STREAM_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
-class SpawnError(Exception):
-    """The server could not even be spawned (the message is the status error)."""
+class SpawnError(ConfigError):
+    """The server could not even be spawned: its configured command is not
+    found or not executable, or its working directory does not exist (the
+    message is the status error, naming the server and the command)."""
 
 
 @dataclass(eq=False)
