@@ -1,12 +1,21 @@
 """coterie's plain-Python core, importable and testable without Ray.
 
-The turn core is flat — ``errors``, ``messages``, ``config``, ``context``,
-``services``, ``tool``, ``runner``, ``loop``, ``mcp_source``, ``prompt``,
-``hub`` — beside the ``persona`` package (a persona's queues, turns and
-wiring), and each concern has its subpackage: ``models`` (providers),
-``memory``, ``audit``, ``shell``, ``routing``, and ``testing`` (helpers the
-tests, benchmarks and demo share). Heavy modules (provider SDKs, DuckDB,
-Arrow, LanceDB, torch) load lazily where they are used.
+The turn core is flat: ``errors`` (the exception tree), ``messages`` (what
+travels between actors and what the audit log stores), ``context`` (a
+turn's context), ``services`` (the protocols tools reach the runtime
+through), ``tool`` and ``runner`` (the tool contract and running calls),
+``loop`` (the tool loop), ``prompt``, ``mcp_source`` (MCP tools as the model
+sees them), ``frontdoor`` (the one facade every door asks through), ``hub``
+(personas of one process talking without Ray) and ``yaml_load``.
+
+Each concern has its package: ``config`` (persona.yaml, runtime.yaml, the
+home), ``persona`` (a persona's queues, turns and wiring), ``models``
+(providers), ``memory``, ``audit``, ``shell``, ``routing``, ``delegation``
+(subagents, coding agents and ``delegation.acp``), ``mcp`` (MCP client
+sessions), ``eval``, ``serve`` (HTTP, OpenAI-compatible and MCP servers),
+``connectors`` and ``testing`` (the testing API: scripted models,
+``turn_context``, ``LocalHub``). Heavy modules (provider SDKs, DuckDB, Arrow,
+LanceDB, torch, the MCP and ACP SDKs) load lazily where they are used.
 """
 
 from __future__ import annotations
