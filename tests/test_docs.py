@@ -136,8 +136,13 @@ def test_the_guides_python_examples_run() -> None:
 def error_tree_in_the_docstring() -> str:
     source = (ROOT / "runtime" / "errors.py").read_text(encoding="utf-8")
     doc = ast.get_docstring(ast.parse(source)) or ""
-    drawn = doc.split("::\n\n", 1)[1].split("\n\n:", 1)[0]
-    return "\n".join(line.removeprefix("    ") for line in drawn.splitlines())
+    # The drawing is the indented block after "::", up to the next paragraph.
+    drawn = []
+    for line in doc.split("::\n\n", 1)[1].splitlines():
+        if line and not line.startswith("    "):
+            break
+        drawn.append(line.removeprefix("    "))
+    return "\n".join(drawn)
 
 
 def test_the_reliability_page_draws_the_error_tree_of_errors_py() -> None:
