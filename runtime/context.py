@@ -10,14 +10,15 @@ three objects beside them:
 
 - ``ctx.settings`` (:class:`TurnSettings`): what the persona's tools are
   given — where the persona lives, its access level and network policy, the
-  secrets no result may show, its tool filter, the runtime's settings;
+  secrets no result may show, its tool filter, its skills, the runtime's settings;
   built once per persona and shared by its turns;
 - ``ctx.services`` (:class:`~runtime.services.Services`): the handles a tool
   reaches the rest of the runtime through (the protocols of
   :mod:`runtime.services`: messenger, memory, processes, delegations, …);
 - ``ctx.outputs`` (:class:`TurnOutputs`): what the turn's tools (and the
   loop) set while it runs — ``end_task``'s classification, the question
-  ``ask_user`` asked, draft rounds, forced thinking, the running batch.
+  ``ask_user`` asked, draft rounds, forced thinking, the running batch, the
+  tools a loaded skill narrowed the turn to.
 
 :mod:`runtime.testing.context` builds one outside a persona (tests, scripts).
 """
@@ -48,6 +49,7 @@ from coterie.runtime.messages import (
     TurnContextKind,
 )
 from coterie.runtime.services import AuditSink, Services
+from coterie.runtime.skills import SkillSet
 
 #: Turn kinds that run with nobody reading along (they end with ``end_task``).
 BACKGROUND_CONTEXTS: frozenset[str] = frozenset({"heartbeat", "cron"})
@@ -81,8 +83,8 @@ def _no_spill_dir() -> Path:
 @dataclass(frozen=True, slots=True)
 class TurnSettings:
     """What a persona's tools are given: where they may work and what they
-    may do. Fixed for a persona (its turns share one); only ``secrets`` is
-    read again when the persona's ``.env`` changes."""
+    may do. Fixed for a persona (its turns share one); only ``secrets`` and
+    ``skills`` are replaced when the persona's ``.env`` or skills change."""
 
     #: The persona's workspace, where file and shell tools work (None: no file tools).
     workspace: Path | None = None
@@ -106,6 +108,9 @@ class TurnSettings:
     thinking_mode: ThinkingMode = "auto"
     #: The runtime's settings (web search, shell sandbox policy, limits…).
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    #: The skills the persona sees on this turn (``load_skill`` reads them; the
+    #: folders of its global ones are readable, never writable, by file tools).
+    skills: SkillSet = field(default_factory=SkillSet)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value replaced by ``[redacted:NAME]``."""
@@ -135,6 +140,10 @@ class TurnOutputs:
     #: The batch of calls running now (set by the loop before each batch): the
     #: pushed work one batch starts reports back together.
     batch_id: str = ""
+    #: Tool-name patterns of the skills loaded on this turn that narrow it
+    #: (``allowed-tools``): from the next model call on, a tool is offered only
+    #: if it matches every one of these lists (and the persona's own filter).
+    tool_limits: list[tuple[str, ...]] = field(default_factory=list)
 
 
 def _never() -> bool:

@@ -12,6 +12,7 @@ module is named.
     ├── ConfigError                 a config or persona file is wrong
     │   ├── PersonaConfigError      names the file, the field and what was expected
     │   │   └── McpConfigError      an mcp.json (runtime.mcp.config)
+    │   ├── SkillFormatError        a SKILL.md: names the file and field (runtime.skills.format)
     │   ├── PlacementError          no alive node can hold an actor's placement
     │   ├── TaskFileError           an eval task or its dataset (runtime.eval.task)
     │   ├── AcpRosterError          an acp.json (runtime.delegation.acp.roster)
@@ -121,6 +122,8 @@ ErrorKind = Literal[
     "server_crashed",
     "tool_error",
     "mcp_error",
+    # skills: a skill whose SKILL.md cannot be used (load_skill names the file and field)
+    "invalid_skill",
     # audit rows only: a failed model call, a turn that failed or errored
     "model_error",
     "turn_error",

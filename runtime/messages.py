@@ -423,6 +423,21 @@ class DelegationEvent(_Event):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class SkillsListed(_Event):
+    """The skills a persona's system prompt lists, recorded by the first turn
+    that uses a new listing (at start, and after the skills changed): those
+    listed, those the prompt's budget left out, and those that cannot be used
+    (``name: file: what is wrong``)."""
+
+    kind: Literal["skills"] = "skills"
+    listed: list[str]
+    left_out: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    #: ``skills.prompt_budget`` and the estimated tokens the listed lines took.
+    budget: int
+    tokens: int
+
+
 class TextDelta(_Event):
     """A piece of the model's reply text as it streams (never audited: the
     whole text is in the ``chat_message`` event that follows)."""
@@ -460,7 +475,8 @@ TurnEvent = Annotated[
     | TodosSet
     | QuestionSet
     | EnvelopeEvent
-    | DelegationEvent,
+    | DelegationEvent
+    | SkillsListed,
     Field(discriminator="kind"),
 ]
 turn_event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
@@ -478,6 +494,7 @@ StreamItem = Annotated[
     | QuestionSet
     | EnvelopeEvent
     | DelegationEvent
+    | SkillsListed
     | TextDelta
     | ReplyEnvelope,
     Field(discriminator="kind"),
@@ -502,6 +519,7 @@ __all__ = [
     "Question",
     "QuestionSet",
     "ReplyEnvelope",
+    "SkillsListed",
     "StreamItem",
     "TextDelta",
     "ThinkingBlock",

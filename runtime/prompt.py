@@ -16,8 +16,10 @@ def build_system_prompt(
     user_model: Sequence[UserModelRow] = (),
     tz: tzinfo | None = None,
     today: datetime | None = None,
+    skills: str = "",
 ) -> str:
-    """SOUL, today's date, the user model, and the other personas."""
+    """SOUL, today's date, the user model, the skills section (made by
+    :class:`~coterie.runtime.skills.SkillPrompt`) and the other personas."""
     today = today or datetime.now(tz)
     parts = [persona.soul.strip() or f"You are {persona.name}, a helpful assistant."]
     parts.append(
@@ -29,6 +31,8 @@ def build_system_prompt(
             for row in user_model
         )
         parts.append(f"## What you know about the user\n{lines}")
+    if skills:
+        parts.append(skills)
     others = [(n, d) for n, d in roster if n != persona.name]
     if others:
         lines = "\n".join(f"- {n}: {d}" if d else f"- {n}" for n, d in others)

@@ -232,7 +232,8 @@ class ToolRegistry:
         The registry's tools come first, then ``extra`` (the specs of tool
         sources; never below the top level, and never one that shadows a
         registered name). Filters are intersected:
-        per-context availability, the persona's allow/deny patterns, depth
+        per-context availability, the persona's allow/deny patterns, the
+        ``allowed-tools`` of the skills loaded on the turn, depth
         (no delegation below the top), the tool's own ``available(ctx)``, then
         its optional ``customize(spec, ctx)``.
         """
@@ -241,6 +242,8 @@ class ToolRegistry:
         tool_filter = ctx.settings.tool_filter
         allowed = _one_pattern(tuple(tool_filter.allow))
         denied = _one_pattern(tuple(tool_filter.deny))
+        # Skills loaded on this turn with allowed-tools: every list must match.
+        limits = [_one_pattern(patterns) for patterns in ctx.outputs.tool_limits]
         specs: Iterable[ToolSpec] = self._specs.values()
         if extra and ctx.depth == 0:  # subagents get the registered tools only
             specs = [*specs, *(s for s in extra if s.name not in self._specs)]
@@ -248,6 +251,8 @@ class ToolRegistry:
             if not spec.offered_in(ctx.kind):
                 continue
             if allowed(spec.name) is None or denied(spec.name) is not None:
+                continue
+            if any(limit(spec.name) is None for limit in limits):
                 continue
             if spec.delegation and ctx.depth > 0:
                 continue

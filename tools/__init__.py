@@ -12,6 +12,7 @@ from coterie.tools.mcp import MCP_TOOLS
 from coterie.tools.memory import MEMORY_TOOLS
 from coterie.tools.personas import PERSONA_TOOLS
 from coterie.tools.shell import SHELL_TOOLS
+from coterie.tools.skills import SKILL_TOOLS
 from coterie.tools.tasks import TASK_TOOLS
 from coterie.tools.web import WEB_TOOLS
 
@@ -28,6 +29,7 @@ def builtin_registry() -> ToolRegistry:
             *MEMORY_TOOLS,
             *FILE_TOOLS,
             *SHELL_TOOLS,
+            *SKILL_TOOLS,
             *TASK_TOOLS,
             *WEB_TOOLS,
             *MCP_TOOLS,
@@ -45,6 +47,7 @@ __all__ = [
     "MEMORY_TOOLS",
     "PERSONA_TOOLS",
     "SHELL_TOOLS",
+    "SKILL_TOOLS",
     "TASK_TOOLS",
     "WEB_TOOLS",
     "builtin_registry",

@@ -3,7 +3,9 @@
 Relative paths resolve inside the persona's workspace. Absolute paths must
 land inside an allowed root: the workspace, the persona's own directory
 (``<home>/personas/<name>``) or its temp directory
-(``<tempdir>/coterie-<name>``). Symlinks are resolved before any check, so a
+(``<tempdir>/coterie-<name>``) — and, for reading only, the folders of the
+global skills the persona sees (``<home>/skills/<name>``, listed on
+``ctx.settings.skills``). Symlinks are resolved before any check, so a
 link that points outside is refused like any other escape. Other personas'
 directories and ``.env`` files (secrets) are always refused.
 
@@ -134,6 +136,9 @@ def locate(ctx: TurnContext, raw: str, *, write: bool) -> Target:
     roots = allowed_roots(ctx)
     holding = [root for root in roots if within(resolved, root)]
     if not holding:
+        skill = next((r for r in settings.skills.read_roots if within(resolved, r)), None)
+        if skill is not None:
+            return _in_skill(raw, resolved, skill, write=write)
         listing = ", ".join(str(r) for r in roots)
         raise ToolError("path_denied", f"{raw!r} is outside the allowed roots ({listing})")
     if write and settings.access != "full" and not within(resolved, workspace):
@@ -143,6 +148,18 @@ def locate(ctx: TurnContext, raw: str, *, write: bool) -> Target:
             "write inside its workspace",
         )
     root = max(holding, key=lambda r: len(r.parts))
+    return Target(path=resolved, root=root, parts=resolved.relative_to(root).parts)
+
+
+def _in_skill(raw: str, resolved: Path, root: Path, *, write: bool) -> Target:
+    """A path inside the folder of one of the persona's global skills: read
+    only (those folders are shared by every persona)."""
+    if write:
+        raise ToolError(
+            "path_denied",
+            f"{raw!r} is in a shared skill's folder ({root}); skills under <home>/skills "
+            "are read-only for personas",
+        )
     return Target(path=resolved, root=root, parts=resolved.relative_to(root).parts)
 
 

@@ -15,6 +15,7 @@ from coterie.runtime.messages import (
     DelegationEvent,
     HistoryAppended,
     ModelCalled,
+    SkillsListed,
     ToolCalled,
     ToolFinished,
     ToolResultMessage,
@@ -105,6 +106,9 @@ def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
         row["call_id"] = event.handle
         row["tool"] = event.work
         row["status"] = event.status
+    elif isinstance(event, SkillsListed) and event.problems:
+        # Skills the persona cannot use show up in a query for errors.
+        row["error_kind"] = "invalid_skill"
     elif isinstance(event, HistoryAppended) and isinstance(event.message, ToolResultMessage):
         # Only the join key: tool and error_kind stay on the tool_result event so
         # that aggregations over those columns do not count a tool call twice.

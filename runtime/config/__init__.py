@@ -14,7 +14,7 @@ field is honoured):
 - :mod:`~coterie.runtime.config.placement`: ``placement:`` of a persona and
   of the runtime's own actors;
 - :mod:`~coterie.runtime.config.settings`: ``runtime.yaml`` and its sections
-  (memory, web, serve);
+  (memory, web, serve, skills);
 - :mod:`~coterie.runtime.config.connectors`: its ``connectors:`` section (a
   leaf: the connectors import their settings from it, never the reverse);
 - :mod:`~coterie.runtime.config.json_files`: what ``acp.json`` and
@@ -61,6 +61,7 @@ from coterie.runtime.config.settings import (
     MemorySettings,
     RuntimeSettings,
     ServeSettings,
+    SkillSettings,
     WebSettings,
     load_settings,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "ScriptedToolCall",
     "ScriptedWhen",
     "ServeSettings",
+    "SkillSettings",
     "SubagentSettings",
     "TelegramSettings",
     "ThinkingMode",

@@ -1,7 +1,7 @@
 """``persona.yaml`` and its sections, and loading a persona directory.
 
 A persona lives in ``<home>/personas/<name>/`` with ``persona.yaml`` (its
-model, tools, access, network, subagents, coding agents, placement) and
+model, tools, access, network, subagents, coding agents, placement, skills) and
 ``SOUL.md`` (its system prompt). Every field that is accepted is honoured;
 unknown fields are errors naming the file and the field.
 """
@@ -19,6 +19,7 @@ from coterie.runtime.config.home import check_persona_name, persona_exists, pers
 from coterie.runtime.config.models import ModelConfig
 from coterie.runtime.config.placement import Placement
 from coterie.runtime.errors import PersonaConfigError, UnknownPersonaError
+from coterie.runtime.skills.format import skill_name_problem
 from coterie.runtime.yaml_load import load_yaml
 
 
@@ -99,6 +100,24 @@ class PersonaConfig(Strict):
     placement: Placement = Field(default_factory=lambda: Placement())
     # One `mcp` tool for every MCP server instead of each server's tools.
     mcp_gateway: bool = False
+    # The skills this persona sees, in order of priority (None: every skill of
+    # its own skills/ and of <home>/skills; []: none). A name no folder holds
+    # is reported when the persona's turns look for it (runtime.skills).
+    skills: list[str] | None = None
+
+    @field_validator("skills")
+    @classmethod
+    def _skill_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        for i, name in enumerate(value):
+            why = skill_name_problem(name)
+            if why is not None:
+                raise ValueError(f"entry {i}: {why}")
+        repeated = sorted({n for n in value if value.count(n) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} listed more than once")
+        return value
 
     @field_validator("thinking", mode="before")
     @classmethod

@@ -2,7 +2,8 @@
 
 Every field is optional. Sections: ``memory`` (long-term recall), ``web``
 (``web_fetch`` and ``web_search``), ``serve`` (the front door),
-``connectors`` (chat apps) and ``placement`` (the runtime's own actors).
+``connectors`` (chat apps), ``skills`` (the prompt's list of skills) and
+``placement`` (the runtime's own actors).
 """
 
 from __future__ import annotations
@@ -90,6 +91,19 @@ class ServeSettings(Strict):
     )
 
 
+class SkillSettings(Strict):
+    """Skills in the system prompt: ``skills:`` in ``runtime.yaml`` (see the
+    guide's "Skills" page)."""
+
+    prompt_budget: int = Field(
+        default=2000,
+        ge=0,
+        description="estimated tokens (characters / 4) the prompt's list of skill names and "
+        "descriptions may take; the skills that do not fit are named in a warning and the "
+        "audit log, and the model is told how to see them",
+    )
+
+
 class RuntimeSettings(Strict):
     """Runtime-wide settings: ``<home>/runtime.yaml`` (all optional)."""
 
@@ -136,6 +150,7 @@ class RuntimeSettings(Strict):
     )
     serve: ServeSettings = Field(default_factory=lambda: ServeSettings())
     connectors: ConnectorSettings = Field(default_factory=lambda: ConnectorSettings())
+    skills: SkillSettings = Field(default_factory=lambda: SkillSettings())
     placement: RuntimePlacement = Field(default_factory=lambda: RuntimePlacement())
 
 
@@ -158,6 +173,7 @@ __all__ = [
     "MemorySettings",
     "RuntimeSettings",
     "ServeSettings",
+    "SkillSettings",
     "WebSettings",
     "load_settings",
 ]

@@ -7,7 +7,8 @@ messages one turn answers) and makes a turn of it: its
 again each turn so ``.env`` edits apply; the services; fresh outputs; the
 streaming listeners), its input appended to the history (and recorded, so the
 conversation can be rebuilt), its system prompt (with the user model, when
-memory answers), then the loop's run, between a ``turn_started`` and a
+memory answers, and the skills, looked at again at each turn's start: see
+:mod:`~coterie.runtime.skills`), then the loop's run, between a ``turn_started`` and a
 ``turn_ended`` event. Old spill files are swept at most once an hour.
 """
 
@@ -43,6 +44,7 @@ from coterie.runtime.prompt import build_system_prompt
 from coterie.runtime.runner import remove_old_spills
 from coterie.runtime.services import AuditSink, Services
 from coterie.runtime.shell.env import secrets_to_hide
+from coterie.runtime.skills import SkillCatalog, SkillPrompt, SkillSet
 
 log = logging.getLogger("coterie.persona")
 
@@ -105,16 +107,23 @@ class TurnBuilder:
             thinking_mode=cfg.thinking,
             runtime=host.settings,
         )
+        # Its skills: looked at again at each turn's start (a few stats), listed
+        # in the system prompt under the runtime's budget.
+        self.skills = SkillCatalog(
+            home=persona.path.parent.parent, persona_dir=persona.path, only=cfg.skills
+        )
+        self.skill_prompt = SkillPrompt(persona.name, budget=host.settings.skills.prompt_budget)
         self._spills_swept = 0.0
         self._sweep_spills()
 
     def turn_settings(self) -> TurnSettings:
         """The settings of the next turn: the persona's, with its secrets
-        read again (``.env`` edits apply to the next turn); the same object
-        as long as they did not change."""
+        read again (``.env`` edits apply to the next turn) and its skills as
+        last refreshed; the same object as long as they did not change."""
         secrets = secrets_to_hide(self.persona.path, key_vars=self._key_vars)
-        if secrets != self._settings.secrets:
-            self._settings = dataclasses.replace(self._settings, secrets=secrets)
+        skills = self.skills.current
+        if secrets != self._settings.secrets or skills is not self._settings.skills:
+            self._settings = dataclasses.replace(self._settings, secrets=secrets, skills=skills)
         return self._settings
 
     def context(self, batch: Batch, turn_id: str) -> TurnContext:
@@ -139,19 +148,25 @@ class TurnBuilder:
             on_event=on_event,
         )
 
-    async def system_prompt(self) -> str:
-        """SOUL, today's date, the user model and the other personas."""
+    async def system_prompt(self, skills: SkillSet | None = None) -> str:
+        """SOUL, today's date, the user model, the skills (``skills``: the
+        turn's snapshot; default the latest) and the other personas."""
+        user_model = await self._user_model()
         return build_system_prompt(
             self.persona,
             roster=self.host.roster,
-            user_model=await self._user_model(),
+            user_model=user_model,
             tz=runtime_timezone(),
+            skills=self.skill_prompt.listing(
+                self._settings.skills if skills is None else skills
+            ).text,
         )
 
     async def run(self, batch: Batch) -> tuple[TurnResult, str]:
         """Run the turn that answers ``batch``: how it ended, and its id."""
         conversation = batch.conversation
         turn_id = new_id("turn_")
+        await self.skills.refresh()
         ctx = self.context(batch, turn_id)
         started = time.perf_counter()
         ctx.audit.record(
@@ -163,6 +178,11 @@ class TurnBuilder:
                 message_ids=[p.envelope.id for p in batch.answers],
             )
         )
+        listed = self.skill_prompt.report(
+            ctx.settings.skills, conversation_id=conversation.id, turn_id=turn_id
+        )
+        if listed is not None:  # a new listing of skills: what it holds and leaves out
+            ctx.audit.record(listed)
         if batch.rebuilt:
             for missing in unanswered_calls(conversation.history):
                 # The persona died mid-tool-call: its calls get a result, or no
@@ -175,7 +195,7 @@ class TurnBuilder:
                 text = self._answering(ctx, env.text)
             self._append(ctx, UserMessage(text=text, source=env.sender))
         try:
-            result = await self.loop.run(ctx, system=await self.system_prompt())
+            result = await self.loop.run(ctx, system=await self.system_prompt(ctx.settings.skills))
         except Exception as exc:
             # Every started turn ends in the log, however it failed.
             self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}", False)
