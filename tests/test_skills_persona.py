@@ -191,3 +191,30 @@ async def test_allowed_tools_narrow_the_turns_later_calls_and_only_that_turn(
     assert results[-1].name == "todo_read" and results[-1].error_kind == "unknown_tool"
     await rt.handle(ask("next turn"))
     assert "todo_read" in [t.name for t in model.requests[-1].tools]
+
+
+async def test_the_bundled_planner_loads_its_skill(tmp_path: Path) -> None:
+    from coterie.demo import BUNDLED_PERSONAS
+    from coterie.runtime.config import install_personas
+    from coterie.runtime.models import build_model
+
+    install_personas(tmp_path, BUNDLED_PERSONAS)
+    persona = load_persona(tmp_path, "planner")
+    model = build_model(persona.config.model)
+    requests: list[ModelRequest] = []
+    inner = model.request
+
+    async def recording(request: ModelRequest) -> object:
+        requests.append(request)
+        return await inner(request)
+
+    model.request = recording  # type: ignore[method-assign]
+    rt = PersonaRuntime(persona, model=model, registry=builtin_registry())
+    reply = await rt.handle(
+        MessageEnvelope(recipient="planner", conversation_id="p:1", text="the launch checklist?")
+    )
+    assert reply.text.startswith("I loaded my launch-checklist skill:\n# Skill launch-checklist")
+    assert "1. Draft the announcement" in reply.text and "venue.md" in reply.text
+    assert "- launch-checklist: The checklist for a product launch" in requests[0].system
+    tools = sorted(t.name for t in requests[1].tools)
+    assert tools == ["end_task", "load_skill", "todo_read", "todo_write"]
