@@ -11,7 +11,9 @@ module is named.
     CoterieError
     ├── ConfigError                 a config or persona file is wrong
     │   ├── PersonaConfigError      names the file, the field and what was expected
-    │   │   └── McpConfigError      an mcp.json (runtime.mcp.config)
+    │   │   ├── McpConfigError      an mcp.json (runtime.mcp.config)
+    │   │   └── ScheduleConfigError a schedules.yaml: names the file, the entry and the field
+    │   ├── ScheduleError           a cron expression, interval or time zone that cannot be used
     │   ├── SkillFormatError        a SKILL.md: names the file and field (runtime.skills.format)
     │   ├── PlacementError          no alive node can hold an actor's placement
     │   ├── TaskFileError           an eval task or its dataset (runtime.eval.task)
@@ -38,6 +40,7 @@ module is named.
     ├── AuditQueryError             an audit query was refused or failed
     ├── AuditOverloadedError        the audit log holds too many unwritten rows right now
     ├── AuditSpoolInUseError        another audit buffer holds the spool file
+    ├── ScheduleStoreError          the schedule store cannot be opened (held by another process)
     ├── ConnectorError              a connector could not deliver, or none runs
     │   └── UnknownConnectorError   under that id (they run in coterie serve)
     ├── ServeError                  a front door failed
@@ -154,6 +157,25 @@ class PersonaConfigError(ConfigError):
     def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
         # Errors cross actor boundaries pickled; keep the constructor's arguments.
         return (type(self), (self.path, self.problems))
+
+
+class ScheduleConfigError(PersonaConfigError):
+    """A persona's ``schedules.yaml`` is invalid: names the file, the entry
+    (``heartbeat``, ``cron 'name'`` or ``(file)``) and the field."""
+
+    def __init__(self, path: str, entry: str, field: str, message: str) -> None:
+        self.entry = entry
+        self.field = field
+        self.message = message
+        super().__init__(path, [f"{entry}: {field}: {message}"])
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, str]]:  # type: ignore[override]
+        return (type(self), (self.path, self.entry, self.field, self.message))
+
+
+class ScheduleError(ConfigError):
+    """A cron expression, an interval or a time zone that cannot be used; the
+    message quotes it and says why."""
 
 
 class PlacementError(ConfigError):
@@ -275,6 +297,11 @@ class AuditSpoolInUseError(CoterieError):
     """Another audit buffer (in this or another process) holds the spool file."""
 
 
+class ScheduleStoreError(CoterieError):
+    """The schedule store (``<home>/schedule.duckdb``) cannot be opened or used:
+    another process holds it, or it is closed."""
+
+
 class ConnectorError(CoterieError):
     """A connector could not deliver a message, or none runs under that id."""
 
@@ -335,6 +362,9 @@ __all__ = [
     "PersonaPassivatedError",
     "PlacementError",
     "QueueFullError",
+    "ScheduleConfigError",
+    "ScheduleError",
+    "ScheduleStoreError",
     "ServeError",
     "ToolError",
     "TurnFailedError",

@@ -14,7 +14,7 @@ field is honoured):
 - :mod:`~coterie.runtime.config.placement`: ``placement:`` of a persona and
   of the runtime's own actors;
 - :mod:`~coterie.runtime.config.settings`: ``runtime.yaml`` and its sections
-  (memory, web, serve, skills);
+  (memory, web, serve, schedule, skills);
 - :mod:`~coterie.runtime.config.connectors`: its ``connectors:`` section (a
   leaf: the connectors import their settings from it, never the reverse);
 - :mod:`~coterie.runtime.config.json_files`: what ``acp.json`` and
@@ -60,6 +60,7 @@ from coterie.runtime.config.placement import Placement, RuntimePlacement
 from coterie.runtime.config.settings import (
     MemorySettings,
     RuntimeSettings,
+    ScheduleSettings,
     ServeSettings,
     SkillSettings,
     WebSettings,
@@ -81,6 +82,7 @@ __all__ = [
     "Placement",
     "RuntimePlacement",
     "RuntimeSettings",
+    "ScheduleSettings",
     "ScriptedModelConfig",
     "ScriptedRule",
     "ScriptedToolCall",

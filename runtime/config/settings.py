@@ -2,8 +2,9 @@
 
 Every field is optional. Sections: ``memory`` (long-term recall), ``web``
 (``web_fetch`` and ``web_search``), ``serve`` (the front door),
-``connectors`` (chat apps), ``skills`` (the prompt's list of skills) and
-``placement`` (the runtime's own actors).
+``connectors`` (chat apps), ``schedule`` (heartbeats, cron entries and
+reminders), ``skills`` (the prompt's list of skills) and ``placement`` (the
+runtime's own actors).
 """
 
 from __future__ import annotations
@@ -91,6 +92,45 @@ class ServeSettings(Strict):
     )
 
 
+class ScheduleSettings(Strict):
+    """The scheduler: ``schedule:`` in ``runtime.yaml`` (see the guide's
+    "Schedules and reminders" page)."""
+
+    max_background_turns_per_day: int = Field(
+        default=24,
+        ge=0,
+        description="heartbeat and cron turns one persona may start a day (in the runtime's "
+        "time zone); more are skipped without a model call (reminders a person asked for are "
+        "not counted)",
+    )
+    min_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds: the shortest heartbeat interval, cron period or reminder "
+        "recurrence accepted",
+    )
+    reload_interval: float = Field(
+        default=2.0,
+        gt=0,
+        description="seconds between looks at the personas' schedules.yaml and HEARTBEAT.md "
+        "(an edit applies within this long)",
+    )
+    max_reminders_per_background_turn: int = Field(
+        default=3,
+        ge=0,
+        description="reminders and entries one heartbeat, cron or reminder turn may create",
+    )
+    max_pending_reminders: int = Field(
+        default=100, ge=1, description="reminders one persona may have pending at once"
+    )
+    history_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="days the fire ledger keeps a fire (and a finished reminder) before it is "
+        "deleted",
+    )
+
+
 class SkillSettings(Strict):
     """Skills in the system prompt: ``skills:`` in ``runtime.yaml`` (see the
     guide's "Skills" page)."""
@@ -150,6 +190,7 @@ class RuntimeSettings(Strict):
     )
     serve: ServeSettings = Field(default_factory=lambda: ServeSettings())
     connectors: ConnectorSettings = Field(default_factory=lambda: ConnectorSettings())
+    schedule: ScheduleSettings = Field(default_factory=lambda: ScheduleSettings())
     skills: SkillSettings = Field(default_factory=lambda: SkillSettings())
     placement: RuntimePlacement = Field(default_factory=lambda: RuntimePlacement())
 
@@ -172,6 +213,7 @@ def load_settings(home: Path) -> RuntimeSettings:
 __all__ = [
     "MemorySettings",
     "RuntimeSettings",
+    "ScheduleSettings",
     "ServeSettings",
     "SkillSettings",
     "WebSettings",
