@@ -13,8 +13,9 @@ home), ``persona`` (a persona's queues, turns and wiring), ``models``
 (providers), ``memory``, ``audit``, ``shell``, ``routing``, ``delegation``
 (subagents, coding agents and ``delegation.acp``), ``mcp`` (MCP client
 sessions), ``eval``, ``serve`` (HTTP, OpenAI-compatible and MCP servers),
-``connectors`` and ``testing`` (the testing API: scripted models,
-``turn_context``, ``LocalHub``). Heavy modules (provider SDKs, DuckDB, Arrow,
+``connectors``, ``skills`` (SKILL.md folders, the prompt's listing) and
+``testing`` (the testing API: scripted models, ``turn_context``,
+``LocalHub``). Heavy modules (provider SDKs, DuckDB, Arrow,
 LanceDB, torch, the MCP and ACP SDKs) load lazily where they are used.
 """
 

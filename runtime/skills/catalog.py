@@ -149,6 +149,8 @@ class SkillCatalog:
 
     async def refresh(self) -> SkillSet:
         """The current skills, scanned again (in a thread) only if something changed."""
+        # The stats run on the event loop: a few microseconds each, less than
+        # one hop to a thread; the listing and reading of a scan go to one.
         if not self.changed():
             return self._current
         async with self._lock:
