@@ -165,7 +165,10 @@ class FireReport(_Record):
     reason: str | None = None
 
 
-ReminderState = Literal["pending", "done", "cancelled", "missed"]
+#: pending: still to fire; done: fired its last time; cancelled: cancel_reminder;
+#: missed: due while the runtime was down past its grace; skipped: stopped by
+#: the daily cap (only reminders set by a background turn count against it).
+ReminderState = Literal["pending", "done", "cancelled", "missed", "skipped"]
 
 
 class Reminder(_Record):
