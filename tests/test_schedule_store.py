@@ -299,7 +299,8 @@ def test_a_file_held_by_another_process_is_a_clear_error(tmp_path: Path) -> None
 
 def test_importing_the_store_loads_no_database() -> None:
     code = (
-        "import sys, coterie.runtime.schedule, coterie.runtime.schedule.store; "
+        "import sys, coterie.runtime.schedule, coterie.runtime.schedule.store, "
+        "coterie.runtime.schedule.engine, coterie.runtime.schedule.service; "
         "print('duckdb' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

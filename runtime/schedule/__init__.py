@@ -5,7 +5,12 @@
 - :mod:`~coterie.runtime.schedule.entries`: ``schedules.yaml`` and ``HEARTBEAT.md``;
 - :mod:`~coterie.runtime.schedule.records`: fires, decisions, reminders,
   listings, the ``remind`` tool's request and result;
-- :mod:`~coterie.runtime.schedule.clock`: the real clock and a fake one.
+- :mod:`~coterie.runtime.schedule.clock`: the real clock and a fake one;
+- :mod:`~coterie.runtime.schedule.store`: the DuckDB file (the fire ledger,
+  cursors, reminders, acknowledgements, paused queues);
+- :mod:`~coterie.runtime.schedule.engine`: :class:`Scheduler`, every decision;
+- :mod:`~coterie.runtime.schedule.service`: the :class:`SchedulerService`
+  protocol and :class:`LocalScheduler`, a whole scheduler in one process.
 
 The guide's page "Schedules and reminders" says what a user sees.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 from coterie.runtime.schedule.clock import Clock, FakeClock, SystemClock
 from coterie.runtime.schedule.cron import CronSpec, Every, format_duration, parse_duration
+from coterie.runtime.schedule.engine import Scheduler
 from coterie.runtime.schedule.entries import (
     CHECKLIST_FILE,
     HEARTBEAT_NAME,
@@ -50,11 +56,18 @@ from coterie.runtime.schedule.records import (
     Skip,
     fire_id,
 )
+from coterie.runtime.schedule.service import (
+    LocalScheduler,
+    SchedulerService,
+    read_listing,
+)
+from coterie.runtime.schedule.store import STORE_FILE, ScheduleStore
 
 __all__ = [
     "CHECKLIST_FILE",
     "HEARTBEAT_NAME",
     "SCHEDULES_FILE",
+    "STORE_FILE",
     "ActiveHours",
     "Checklist",
     "Clock",
@@ -72,6 +85,7 @@ __all__ = [
     "FireReport",
     "FireState",
     "HeartbeatConfig",
+    "LocalScheduler",
     "Miss",
     "Outcome",
     "PersonaSchedules",
@@ -83,6 +97,9 @@ __all__ = [
     "ScheduleFile",
     "ScheduleFileError",
     "ScheduleListing",
+    "ScheduleStore",
+    "Scheduler",
+    "SchedulerService",
     "Skip",
     "SystemClock",
     "fire_id",
@@ -90,5 +107,6 @@ __all__ = [
     "load_schedules",
     "parse_duration",
     "read_checklist",
+    "read_listing",
     "write_schedules",
 ]

@@ -132,6 +132,7 @@ class Skip(_Record):
     instant: datetime
     fire_id: str
     reason: str
+    label: str | None = Field(default=None, description="a reminder's name (name is its id)")
 
 
 class Miss(_Record):
@@ -147,6 +148,7 @@ class Miss(_Record):
     last: datetime
     fire_id: str = Field(description="the id of the last missed instant")
     reason: str
+    label: str | None = Field(default=None, description="a reminder's name (name is its id)")
 
 
 Decision = Annotated[Fire | Skip | Miss, Field(discriminator="decision")]

@@ -575,7 +575,7 @@ class ScheduleStore:
                     miss.persona,
                     miss.kind,
                     miss.name,
-                    miss.name,
+                    miss.label or miss.name,
                     _naive(miss.last),
                     miss.reason,
                     miss.count,
