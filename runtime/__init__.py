@@ -13,10 +13,12 @@ home), ``persona`` (a persona's queues, turns and wiring), ``models``
 (providers), ``memory``, ``audit``, ``shell``, ``routing``, ``delegation``
 (subagents, coding agents and ``delegation.acp``), ``mcp`` (MCP client
 sessions), ``eval``, ``serve`` (HTTP, OpenAI-compatible and MCP servers),
-``connectors``, ``skills`` (SKILL.md folders, the prompt's listing) and
-``testing`` (the testing API: scripted models, ``turn_context``,
-``LocalHub``). Heavy modules (provider SDKs, DuckDB, Arrow,
-LanceDB, torch, the MCP and ACP SDKs) load lazily where they are used.
+``connectors``, ``skills`` (SKILL.md folders, the prompt's listing),
+``schedule`` (heartbeats, cron entries, reminders: the scheduler's logic,
+its DuckDB ledger and an in-process scheduler) and ``testing`` (the
+testing API: scripted models, ``turn_context``, ``LocalHub``). Heavy
+modules (provider SDKs, DuckDB, Arrow, LanceDB, torch, the MCP and ACP SDKs)
+load lazily where they are used.
 """
 
 from __future__ import annotations

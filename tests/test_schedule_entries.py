@@ -218,3 +218,22 @@ def test_read_checklist(tmp_path: Path) -> None:
     (tmp_path / "HEARTBEAT.md").write_bytes(b"\xff\xfe")
     with pytest.raises(ScheduleConfigError, match="not UTF-8"):
         read_checklist(tmp_path)
+
+
+def test_the_guides_example_file_loads(tmp_path: Path) -> None:
+    """The schedules.yaml and runtime.yaml examples of docs/schedules.md are valid."""
+    import re
+
+    from coterie.runtime.config import RuntimeSettings
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "schedules.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
+    loaded = load_schedules(persona(tmp_path, blocks[0]))
+    assert [e.name for e in loaded.entries] == ["heartbeat", "overnight-alerts"]
+    import yaml
+
+    settings = RuntimeSettings.model_validate(yaml.safe_load(blocks[-1]))
+    assert settings.schedule.max_background_turns_per_day == 24
+    # Every field of the schedule: section is on the page.
+    for field in settings.schedule.model_fields:
+        assert f"{field}:" in blocks[-1], field
