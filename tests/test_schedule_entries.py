@@ -228,12 +228,14 @@ def test_the_guides_example_file_loads(tmp_path: Path) -> None:
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "schedules.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
-    loaded = load_schedules(persona(tmp_path, blocks[0]))
+    [file] = [b for b in blocks if b.startswith("heartbeat:")]
+    [runtime_yaml] = [b for b in blocks if b.startswith("schedule:")]
+    loaded = load_schedules(persona(tmp_path, file))
     assert [e.name for e in loaded.entries] == ["heartbeat", "overnight-alerts"]
     import yaml
 
-    settings = RuntimeSettings.model_validate(yaml.safe_load(blocks[-1]))
+    settings = RuntimeSettings.model_validate(yaml.safe_load(runtime_yaml))
     assert settings.schedule.max_background_turns_per_day == 24
     # Every field of the schedule: section is on the page.
     for field in settings.schedule.model_fields:
-        assert f"{field}:" in blocks[-1], field
+        assert f"{field}:" in runtime_yaml, field
