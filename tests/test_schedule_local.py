@@ -197,3 +197,29 @@ async def test_an_empty_home_lists_nothing(tmp_path: Path) -> None:
     listing = read_listing(tmp_path)
     assert listing.entries == [] and listing.errors == []
     assert not (tmp_path / "schedule.duckdb").exists()
+
+
+async def test_the_ledger_keeps_history_days(tmp_path: Path) -> None:
+    make_persona(tmp_path, schedules="heartbeat: {every: 1h, prompt: hi}\n")
+    clock = FakeClock(T0)
+    sent: list[Fire] = []
+
+    async def dispatch(fire: Fire) -> None:
+        sent.append(fire)
+
+    sched = LocalScheduler.open(
+        tmp_path, dispatch=dispatch, settings=ScheduleSettings(history_days=1), clock=clock
+    )
+    await sched.tick()
+    clock.advance(3600)
+    await sched.tick()
+    [fire] = sent
+    assert await sched.accept(fire.fire_id)
+    await sched.finish(fire.fire_id, "ok")
+    clock.advance(timedelta(hours=23))
+    await sched.tick()
+    assert fire.fire_id in {r.fire_id for r in sched.store.ledger()}  # younger than a day
+    clock.advance(timedelta(hours=7))  # pruning runs every 6 hours
+    await sched.tick()
+    assert fire.fire_id not in {r.fire_id for r in sched.store.ledger()}
+    await sched.stop()

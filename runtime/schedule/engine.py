@@ -29,8 +29,6 @@ within 24 h) on resume.
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -38,7 +36,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from coterie.runtime.config import ScheduleSettings, persona_names, runtime_timezone
-from coterie.runtime.errors import ScheduleConfigError
 from coterie.runtime.schedule._build import (
     REMINDER_GRACE,
     before,
@@ -50,16 +47,14 @@ from coterie.runtime.schedule._build import (
     reminder_fire,
     reminder_instants,
 )
+from coterie.runtime.schedule._files import PersonaFiles
 from coterie.runtime.schedule.clock import Clock
 from coterie.runtime.schedule.cron import format_duration
 from coterie.runtime.schedule.entries import (
     CHECKLIST_FILE,
-    SCHEDULES_FILE,
     Checklist,
     Entry,
     PersonaSchedules,
-    load_schedules,
-    read_checklist,
 )
 from coterie.runtime.schedule.records import (
     Decision,
@@ -76,32 +71,6 @@ from coterie.runtime.schedule.records import (
     fire_id,
 )
 from coterie.runtime.schedule.store import Claim, ScheduleStore, entry_key
-
-log = logging.getLogger("coterie.schedule")
-
-_Stamp = tuple[int, int, int] | None
-# A file not looked at yet (no real stamp equals it; a missing file is None).
-_UNREAD: _Stamp = (-1, -1, -1)
-
-
-def _stamp(path: Path) -> _Stamp:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-@dataclass
-class _Persona:
-    """What the engine holds of one persona's files."""
-
-    schedules_stamp: _Stamp = _UNREAD
-    checklist_stamp: _Stamp = _UNREAD
-    schedules: PersonaSchedules | None = None
-    checklist: Checklist | None = None
-    error: ScheduleFileError | None = None
-    checklist_error: ScheduleFileError | None = None
 
 
 class _Cap:
@@ -136,17 +105,6 @@ class _Slot:
     started: bool = field(default=False)
 
 
-def _file_error(persona: str, err: ScheduleConfigError, now: datetime) -> ScheduleFileError:
-    return ScheduleFileError(
-        persona=persona,
-        path=err.path,
-        entry=err.entry,
-        field=err.field,
-        message=err.message,
-        since=now,
-    )
-
-
 class Scheduler:
     """The scheduler's whole decision logic over a :class:`ScheduleStore`.
 
@@ -170,8 +128,12 @@ class Scheduler:
         self.home = home
         self.settings = settings or ScheduleSettings()
         self.tz = tz or runtime_timezone()
-        self._personas = personas or (lambda: persona_names(home))
-        self._files: dict[str, _Persona] = {}
+        self.files = PersonaFiles(
+            home,
+            personas or (lambda: persona_names(home)),
+            min_interval=self.min_interval,
+            tz=self.tz,
+        )
         self._slots: dict[str, _Slot] = {}
         self._loaded = False  # cursors read from the store
         self._first_reload_done = False
@@ -188,47 +150,19 @@ class Scheduler:
         return timedelta(seconds=self.settings.min_interval)
 
     def persona_dir(self, persona: str) -> Path:
-        return self.home / "personas" / persona
+        return self.files.folder(persona)
 
     def reload(self, now: datetime | None = None) -> list[ScheduleFileError]:
         """Look at every persona's files; re-read the changed ones. A file
         that no longer loads keeps the previous schedule (none at start) and
         its error is recorded for the listings. Returns the new errors."""
-        now = now or self.clock.now()
-        names = set(self._personas())
-        errors: list[ScheduleFileError] = []
-        for gone in set(self._files) - names:
-            del self._files[gone]
-            self._set_entries(gone, ())
-        for persona in sorted(names):
-            state = self._files.setdefault(persona, _Persona())
-            folder = self.persona_dir(persona)
-            stamp = _stamp(folder / SCHEDULES_FILE)
-            if stamp != state.schedules_stamp:
-                state.schedules_stamp = stamp
-                try:
-                    loaded = load_schedules(
-                        folder, persona=persona, min_interval=self.min_interval, default_tz=self.tz
-                    )
-                except ScheduleConfigError as exc:
-                    state.error = _file_error(persona, exc, now)
-                    errors.append(state.error)
-                    log.warning("%s (the previous schedule stays in force)", exc)
-                else:
-                    state.schedules, state.error = loaded, None
-                    self._set_entries(persona, loaded.entries)
-            stamp = _stamp(folder / CHECKLIST_FILE)
-            if stamp != state.checklist_stamp:
-                state.checklist_stamp = stamp
-                try:
-                    state.checklist = read_checklist(folder)
-                    state.checklist_error = None
-                except ScheduleConfigError as exc:
-                    state.checklist_error = _file_error(persona, exc, now)
-                    errors.append(state.checklist_error)
-                    log.warning("%s (the previous checklist stays in force)", exc)
+        changes = self.files.look(now or self.clock.now())
+        for persona in changes.gone:
+            self._set_entries(persona, ())
+        for persona, entries in changes.entries.items():
+            self._set_entries(persona, entries)
         self._first_reload_done = True
-        return errors
+        return changes.errors
 
     def _set_entries(self, persona: str, entries: Iterable[Entry]) -> None:
         prefix = f"{persona}/"
@@ -254,8 +188,7 @@ class Scheduler:
 
     def schedules(self, persona: str) -> PersonaSchedules | None:
         """The persona's schedule in force (the last one that loaded)."""
-        state = self._files.get(persona)
-        return state.schedules if state else None
+        return self.files.schedules(persona)
 
     # -- state read from the store -------------------------------------------
 
@@ -346,10 +279,7 @@ class Scheduler:
         return decisions
 
     def _checklist(self, entry: Entry) -> Checklist | None:
-        if not entry.uses_checklist:
-            return None
-        state = self._files.get(entry.persona)
-        return state.checklist if state else None
+        return self.files.checklist(entry.persona) if entry.uses_checklist else None
 
     def _gate(self, entry: Entry, instant: datetime, cap: _Cap) -> str | None:
         """Why this fire must not start a turn, or None."""
@@ -599,13 +529,7 @@ class Scheduler:
                     prompt=reminder.prompt,
                 )
             )
-        errors = [
-            err
-            for name, state in sorted(self._files.items())
-            if persona is None or name == persona
-            for err in (state.error, state.checklist_error)
-            if err is not None
-        ]
+        errors = self.files.errors(persona)
         paused = {
             name: sorted(queues)
             for name, queues in sorted(self._paused.items())

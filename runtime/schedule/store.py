@@ -35,188 +35,46 @@ import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 from coterie.runtime.errors import ScheduleStoreError
-from coterie.runtime.messages import Origin, TurnStatus
-from coterie.runtime.schedule.entries import DeliverTarget, EntryKind
+from coterie.runtime.messages import TurnStatus
+from coterie.runtime.schedule._tables import (
+    DDL,
+    FINISHED_BY_STATUS,
+    REMINDER_FIELDS,
+    REMINDER_SELECT,
+    STARTED,
+    STORE_FILE,
+    TURN_STATUSES,
+    Claim,
+    CursorRow,
+    LedgerRow,
+    ack_digest,
+    advance_reminder,
+    aware,
+    entry_key,
+    held_message,
+    naive,
+    record_outcome,
+    reminder_capped,
+    reminder_of,
+    reminder_row,
+)
+from coterie.runtime.schedule.entries import EntryKind
 from coterie.runtime.schedule.records import (
     Fire,
     FireState,
     Miss,
-    Outcome,
     Queue,
     Reminder,
-    ReminderState,
     Skip,
-    utc,
 )
 
 if TYPE_CHECKING:
     import duckdb
-
-STORE_FILE = "schedule.duckdb"
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS fires (
-    fire_id VARCHAR PRIMARY KEY,
-    persona VARCHAR NOT NULL,
-    kind VARCHAR NOT NULL,
-    name VARCHAR NOT NULL,
-    label VARCHAR NOT NULL,
-    instant TIMESTAMP NOT NULL,
-    state VARCHAR NOT NULL,
-    reason VARCHAR,
-    status VARCHAR,
-    manual BOOLEAN NOT NULL DEFAULT false,
-    capped BOOLEAN NOT NULL DEFAULT false,
-    missed INTEGER,
-    first_instant TIMESTAMP,
-    claimed_at TIMESTAMP,
-    dispatched_at TIMESTAMP,
-    accepted_at TIMESTAMP,
-    finished_at TIMESTAMP,
-    expires_at TIMESTAMP,
-    payload JSON
-);
-CREATE TABLE IF NOT EXISTS cursors (
-    entry_key VARCHAR PRIMARY KEY,
-    persona VARCHAR NOT NULL,
-    kind VARCHAR NOT NULL,
-    name VARCHAR NOT NULL,
-    instant TIMESTAMP,
-    fingerprint VARCHAR,
-    last_outcome VARCHAR,
-    last_reason VARCHAR,
-    last_at TIMESTAMP,
-    last_fire_id VARCHAR
-);
-CREATE TABLE IF NOT EXISTS reminders (
-    id VARCHAR PRIMARY KEY,
-    persona VARCHAR NOT NULL,
-    name VARCHAR NOT NULL,
-    pending_key VARCHAR UNIQUE,
-    prompt VARCHAR NOT NULL,
-    next_at TIMESTAMP NOT NULL,
-    every_seconds INTEGER,
-    "until" TIMESTAMP,
-    origin JSON,
-    deliver JSON,
-    created_by_turn VARCHAR,
-    background BOOLEAN NOT NULL,
-    created_at TIMESTAMP NOT NULL,
-    fired INTEGER NOT NULL,
-    state VARCHAR NOT NULL,
-    finished_at TIMESTAMP
-);
-CREATE TABLE IF NOT EXISTS acks (
-    persona VARCHAR PRIMARY KEY,
-    digest VARCHAR NOT NULL,
-    acked_at TIMESTAMP NOT NULL
-);
-CREATE TABLE IF NOT EXISTS paused (
-    persona VARCHAR NOT NULL,
-    queue VARCHAR NOT NULL,
-    since TIMESTAMP NOT NULL,
-    PRIMARY KEY (persona, queue)
-);
-"""
-
-#: The Reminder's fields, in the order of the table's columns (``at`` is
-#: the column ``next_at``: AT is an SQL keyword).
-_REMINDER_FIELDS = (
-    "id",
-    "persona",
-    "name",
-    "prompt",
-    "at",
-    "every_seconds",
-    "until",
-    "origin",
-    "deliver",
-    "created_by_turn",
-    "background",
-    "created_at",
-    "fired",
-    "state",
-)
-_REMINDER_SELECT = ", ".join("next_at" if f == "at" else f'"{f}"' for f in _REMINDER_FIELDS)
-_FINISHED_BY_STATUS: dict[str, FireState] = {
-    "ok": "done",
-    "skipped": "skipped",
-    "failed": "failed",
-    "error": "failed",
-}
-_TURN_STATUSES = frozenset(get_args(TurnStatus))
-# States of a fire that started (or may have started) a turn: what the daily cap counts.
-_STARTED = ("claimed", "accepted", "done", "skipped", "failed")
-
-
-def _naive(value: datetime | None) -> datetime | None:
-    return None if value is None else utc(value).replace(tzinfo=None)
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    return None if value is None else value.replace(tzinfo=UTC)
-
-
-def entry_key(persona: str, kind: EntryKind, name: str) -> str:
-    """The cursor key of an entry: ``<persona>/<kind>/<name>`` (a reminder's
-    name here is its id)."""
-    return f"{persona}/{kind}/{name}"
-
-
-@dataclass(frozen=True)
-class CursorRow:
-    """Where an entry is: its last handled instant and its last outcome."""
-
-    instant: datetime | None
-    fingerprint: str | None
-    last_outcome: Outcome | None
-    last_reason: str | None
-    last_at: datetime | None
-    last_fire_id: str | None
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    """One row of the fire ledger, as tests and surfaces read it."""
-
-    fire_id: str
-    persona: str
-    kind: EntryKind
-    name: str
-    label: str
-    instant: datetime
-    state: FireState
-    reason: str | None
-    status: str | None
-    manual: bool
-    missed: int | None
-    first_instant: datetime | None
-    claimed_at: datetime | None
-    accepted_at: datetime | None
-    finished_at: datetime | None
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A fire to claim and what claiming it moves: the entry's cursor (and the
-    fingerprint of its spec), or the reminder's next instant (None: done)."""
-
-    fire: Fire
-    fingerprint: str | None = None
-    next_at: datetime | None = None
-
-
-def _held_message(path: str, exc: Exception) -> str:
-    return (
-        f"the schedule store {path} is held by another process ({exc}); a runtime is "
-        "using this home: ask it (coterie schedules goes through coterie serve) or stop it"
-    )
 
 
 class ScheduleStore:
@@ -241,13 +99,13 @@ class ScheduleStore:
             )
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
-                raise ScheduleStoreError(_held_message(self.path, exc)) from None
+                raise ScheduleStoreError(held_message(self.path, exc)) from None
             raise ScheduleStoreError(f"cannot open the schedule store {self.path}: {exc}") from None
         except duckdb.Error as exc:
             raise ScheduleStoreError(f"cannot open the schedule store {self.path}: {exc}") from None
         if self.writable:
             try:
-                con.execute(_DDL)
+                con.execute(DDL)
             except BaseException:
                 con.close()
                 raise
@@ -308,48 +166,6 @@ class ScheduleStore:
             finally:
                 cur.close()
 
-    @staticmethod
-    def _outcome(
-        cur: duckdb.DuckDBPyConnection,
-        *,
-        persona: str,
-        kind: EntryKind,
-        name: str,
-        outcome: Outcome,
-        reason: str | None,
-        at: datetime,
-        fire_id: str | None,
-        instant: datetime | None = None,
-        fingerprint: str | None = None,
-    ) -> None:
-        """Record an entry's last outcome (and, with ``instant``, move its cursor)."""
-        cur.execute(
-            """
-            INSERT INTO cursors (entry_key, persona, kind, name, instant, fingerprint,
-                                 last_outcome, last_reason, last_at, last_fire_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (entry_key) DO UPDATE SET
-                instant = coalesce(excluded.instant, cursors.instant),
-                fingerprint = coalesce(excluded.fingerprint, cursors.fingerprint),
-                last_outcome = excluded.last_outcome,
-                last_reason = excluded.last_reason,
-                last_at = excluded.last_at,
-                last_fire_id = excluded.last_fire_id
-            """,
-            [
-                entry_key(persona, kind, name),
-                persona,
-                kind,
-                name,
-                _naive(instant),
-                fingerprint,
-                outcome,
-                reason,
-                _naive(at),
-                fire_id,
-            ],
-        )
-
     # -- cursors -------------------------------------------------------------
 
     def cursors(self) -> dict[str, CursorRow]:
@@ -358,7 +174,7 @@ class ScheduleStore:
             "SELECT entry_key, instant, fingerprint, last_outcome, last_reason, last_at, "
             "last_fire_id FROM cursors"
         )
-        return {r[0]: CursorRow(_aware(r[1]), r[2], r[3], r[4], _aware(r[5]), r[6]) for r in rows}
+        return {r[0]: CursorRow(aware(r[1]), r[2], r[3], r[4], aware(r[5]), r[6]) for r in rows}
 
     def set_cursors(self, entries: Iterable[tuple[str, EntryKind, str, datetime, str]]) -> None:
         """Start entries (persona, kind, name, instant, fingerprint) at an
@@ -375,7 +191,7 @@ class ScheduleStore:
                 ON CONFLICT (entry_key) DO UPDATE SET
                     instant = excluded.instant, fingerprint = excluded.fingerprint
                 """,
-                [[entry_key(p, k, n), p, k, n, _naive(at), fp] for p, k, n, at, fp in items],
+                [[entry_key(p, k, n), p, k, n, naive(at), fp] for p, k, n, at, fp in items],
             )
 
     # -- the fire ledger -----------------------------------------------------
@@ -406,7 +222,7 @@ class ScheduleStore:
         with self._write() as cur:
             for claim in claims:
                 fire = claim.fire
-                capped = fire.kind != "reminder" or _reminder_capped(cur, fire.key.name)
+                capped = fire.kind != "reminder" or reminder_capped(cur, fire.key.name)
                 inserted = cur.execute(
                     """
                     INSERT INTO fires (fire_id, persona, kind, name, label, instant, state,
@@ -421,13 +237,13 @@ class ScheduleStore:
                         fire.kind,
                         fire.key.name,
                         fire.label,
-                        _naive(fire.instant),
+                        naive(fire.instant),
                         fire.manual,
                         capped,
-                        _naive(now),
+                        naive(now),
                         # A claim is dispatched at once: it counts as the first dispatch.
-                        _naive(now),
-                        _naive(fire.expires_at),
+                        naive(now),
+                        naive(fire.expires_at),
                         fire.model_dump_json(),
                     ],
                 ).fetchall()
@@ -435,8 +251,8 @@ class ScheduleStore:
                 if not inserted:
                     continue
                 if fire.kind == "reminder" and not fire.manual:
-                    _advance_reminder(cur, fire.key.name, claim.next_at, now)
-                self._outcome(
+                    advance_reminder(cur, fire.key.name, claim.next_at, now)
+                record_outcome(
                     cur,
                     persona=fire.persona,
                     kind=fire.kind,
@@ -454,7 +270,7 @@ class ScheduleStore:
         """Note when a claimed fire was (last) handed to its persona."""
         with self._write() as cur:
             cur.execute(
-                "UPDATE fires SET dispatched_at = ? WHERE fire_id = ?", [_naive(at), fire_id]
+                "UPDATE fires SET dispatched_at = ? WHERE fire_id = ?", [naive(at), fire_id]
             )
 
     def accept(self, fire_id: str, *, at: datetime | None = None) -> bool:
@@ -465,12 +281,12 @@ class ScheduleStore:
             rows = cur.execute(
                 "UPDATE fires SET state = 'accepted', accepted_at = ? "
                 "WHERE fire_id = ? AND state = 'claimed' RETURNING persona, kind, name",
-                [_naive(now), fire_id],
+                [naive(now), fire_id],
             ).fetchall()
             if not rows:
                 return False
             persona, kind, name = rows[0]
-            self._outcome(
+            record_outcome(
                 cur,
                 persona=persona,
                 kind=kind,
@@ -495,16 +311,16 @@ class ScheduleStore:
         state, or None if the fire is unknown or already ended. A heartbeat
         on the HEARTBEAT.md checklist that ends ``skipped`` acknowledges that
         checklist."""
-        if status not in _TURN_STATUSES:
+        if status not in TURN_STATUSES:
             raise ValueError(f"unknown turn status {status!r}")
-        state = _FINISHED_BY_STATUS[status]
+        state = FINISHED_BY_STATUS[status]
         now = at or datetime.now(UTC)
         with self._write() as cur:
             rows = cur.execute(
                 "UPDATE fires SET state = ?, status = ?, reason = coalesce(?, reason), "
                 "finished_at = ? WHERE fire_id = ? AND state IN ('claimed', 'accepted') "
                 "RETURNING persona, kind, name, payload",
-                [state, status, reason, _naive(now), fire_id],
+                [state, status, reason, naive(now), fire_id],
             ).fetchall()
             if not rows:
                 return None
@@ -512,8 +328,8 @@ class ScheduleStore:
             if kind == "heartbeat" and status == "skipped" and payload:
                 digest = json.loads(payload).get("checklist_digest")
                 if digest:
-                    _ack(cur, persona, digest, now)
-            self._outcome(
+                    ack_digest(cur, persona, digest, now)
+            record_outcome(
                 cur,
                 persona=persona,
                 kind=kind,
@@ -537,8 +353,8 @@ class ScheduleStore:
         with self._write() as cur:
             for skip, fingerprint, next_at in skips:
                 if skip.kind == "reminder":
-                    _advance_reminder(cur, skip.name, next_at, at, final="skipped")
-                self._outcome(
+                    advance_reminder(cur, skip.name, next_at, at, final="skipped")
+                record_outcome(
                     cur,
                     persona=skip.persona,
                     kind=skip.kind,
@@ -576,16 +392,16 @@ class ScheduleStore:
                     miss.kind,
                     miss.name,
                     miss.label or miss.name,
-                    _naive(miss.last),
+                    naive(miss.last),
                     miss.reason,
                     miss.count,
-                    _naive(miss.first),
-                    _naive(at),
+                    naive(miss.first),
+                    naive(at),
                 ],
             )
             if miss.kind == "reminder":
-                _advance_reminder(cur, miss.name, next_at, at, final="missed")
-            self._outcome(
+                advance_reminder(cur, miss.name, next_at, at, final="missed")
+            record_outcome(
                 cur,
                 persona=miss.persona,
                 kind=miss.kind,
@@ -605,7 +421,7 @@ class ScheduleStore:
             "SELECT payload, dispatched_at FROM fires WHERE state = 'claimed' "
             "ORDER BY instant, fire_id"
         )
-        return [(Fire.model_validate_json(p), _aware(d)) for p, d in rows]
+        return [(Fire.model_validate_json(p), aware(d)) for p, d in rows]
 
     def state(self, fire_id: str) -> FireState | None:
         rows = self._rows("SELECT state FROM fires WHERE fire_id = ?", [fire_id])
@@ -633,21 +449,21 @@ class ScheduleStore:
                 status=r[8],
                 manual=r[9],
                 missed=r[10],
-                first_instant=_aware(r[11]),
-                claimed_at=_aware(r[12]),
-                accepted_at=_aware(r[13]),
-                finished_at=_aware(r[14]),
+                first_instant=aware(r[11]),
+                claimed_at=aware(r[12]),
+                accepted_at=aware(r[13]),
+                finished_at=aware(r[14]),
             )
             for r in rows
         ]
 
     def background_turns(self, start: datetime, end: datetime) -> dict[str, int]:
         """Per persona: the fires counted by the daily cap claimed in [start, end)."""
-        marks = ", ".join("?" for _ in _STARTED)
+        marks = ", ".join("?" for _ in STARTED)
         rows = self._rows(
             f"SELECT persona, count(*) FROM fires WHERE capped AND state IN ({marks}) "
             "AND claimed_at >= ? AND claimed_at < ? GROUP BY persona",
-            [*_STARTED, _naive(start), _naive(end)],
+            [*STARTED, naive(start), naive(end)],
         )
         return {persona: int(n) for persona, n in rows}
 
@@ -663,7 +479,7 @@ class ScheduleStore:
 
     def ack(self, persona: str, digest: str, *, at: datetime) -> None:
         with self._write() as cur:
-            _ack(cur, persona, digest, at)
+            ack_digest(cur, persona, digest, at)
 
     # -- paused queues -------------------------------------------------------
 
@@ -678,7 +494,7 @@ class ScheduleStore:
         with self._write() as cur:
             rows = cur.execute(
                 "INSERT INTO paused VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING persona",
-                [persona, queue, _naive(at)],
+                [persona, queue, naive(at)],
             ).fetchall()
             return bool(rows)
 
@@ -699,12 +515,12 @@ class ScheduleStore:
         racing adds cannot both win)."""
         import duckdb
 
-        row = _reminder_row(reminder)
-        marks = ", ".join("?" for _ in _REMINDER_FIELDS)
+        row = reminder_row(reminder)
+        marks = ", ".join("?" for _ in REMINDER_FIELDS)
         try:
             with self._write() as cur:
                 cur.execute(
-                    f"INSERT INTO reminders ({_REMINDER_SELECT}, pending_key) VALUES ({marks}, ?)",
+                    f"INSERT INTO reminders ({REMINDER_SELECT}, pending_key) VALUES ({marks}, ?)",
                     [*row, f"{reminder.persona}/{reminder.name}"],
                 )
         except (duckdb.ConstraintException, duckdb.TransactionException):
@@ -724,18 +540,18 @@ class ScheduleStore:
             clauses.append("state = 'pending'")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._rows(
-            f"SELECT {_REMINDER_SELECT} FROM reminders {where} ORDER BY next_at, id",
+            f"SELECT {REMINDER_SELECT} FROM reminders {where} ORDER BY next_at, id",
             params,
         )
-        return [_reminder_of(r) for r in rows]
+        return [reminder_of(r) for r in rows]
 
     def reminder(self, persona: str, name: str) -> Reminder | None:
         """The pending reminder of that name."""
         rows = self._rows(
-            f"SELECT {_REMINDER_SELECT} FROM reminders WHERE pending_key = ?",
+            f"SELECT {REMINDER_SELECT} FROM reminders WHERE pending_key = ?",
             [f"{persona}/{name}"],
         )
-        return _reminder_of(rows[0]) if rows else None
+        return reminder_of(rows[0]) if rows else None
 
     def cancel_reminder(self, persona: str, name: str, *, at: datetime) -> Reminder | None:
         """Cancel the pending reminder of that name (its future occurrences
@@ -743,10 +559,10 @@ class ScheduleStore:
         with self._write() as cur:
             rows = cur.execute(
                 "UPDATE reminders SET state = 'cancelled', pending_key = NULL, finished_at = ? "
-                f"WHERE pending_key = ? RETURNING {_REMINDER_SELECT}",
-                [_naive(at), f"{persona}/{name}"],
+                f"WHERE pending_key = ? RETURNING {REMINDER_SELECT}",
+                [naive(at), f"{persona}/{name}"],
             ).fetchall()
-            return _reminder_of(rows[0]) if rows else None
+            return reminder_of(rows[0]) if rows else None
 
     def reminders_created_by(self, turn_id: str) -> int:
         """How many reminders a turn created."""
@@ -766,7 +582,7 @@ class ScheduleStore:
     def prune(self, before: datetime) -> int:
         """Delete ledger rows and finished reminders older than ``before``
         (``history_days``); returns how many rows went."""
-        cut = _naive(before)
+        cut = naive(before)
         with self._write() as cur:
             fires = cur.execute(
                 "DELETE FROM fires WHERE coalesce(finished_at, claimed_at, instant) < ? "
@@ -783,72 +599,6 @@ class ScheduleStore:
                     [[rid] for (rid,) in gone],
                 )
         return len(fires) + len(gone)
-
-
-def _ack(cur: duckdb.DuckDBPyConnection, persona: str, digest: str, at: datetime) -> None:
-    cur.execute(
-        "INSERT INTO acks VALUES (?, ?, ?) ON CONFLICT (persona) DO UPDATE SET "
-        "digest = excluded.digest, acked_at = excluded.acked_at",
-        [persona, digest, _naive(at)],
-    )
-
-
-def _reminder_capped(cur: duckdb.DuckDBPyConnection, reminder_id: str) -> bool:
-    rows = cur.execute("SELECT background FROM reminders WHERE id = ?", [reminder_id]).fetchall()
-    return bool(rows and rows[0][0])
-
-
-def _advance_reminder(
-    cur: duckdb.DuckDBPyConnection,
-    reminder_id: str,
-    next_at: datetime | None,
-    now: datetime,
-    *,
-    final: ReminderState = "done",
-) -> None:
-    """Move a reminder to ``next_at``, or end it (``final``) when None."""
-    fired = 1 if final == "done" else 0
-    if next_at is not None:
-        cur.execute(
-            "UPDATE reminders SET next_at = ?, fired = fired + ? WHERE id = ?",
-            [_naive(next_at), fired, reminder_id],
-        )
-        return
-    cur.execute(
-        "UPDATE reminders SET state = ?, pending_key = NULL, finished_at = ?, "
-        "fired = fired + ? WHERE id = ?",
-        [final, _naive(now), fired, reminder_id],
-    )
-
-
-def _reminder_row(r: Reminder) -> list[Any]:
-    return [
-        r.id,
-        r.persona,
-        r.name,
-        r.prompt,
-        _naive(r.at),
-        r.every_seconds,
-        _naive(r.until),
-        r.origin.model_dump_json() if r.origin else None,
-        r.deliver.model_dump_json() if r.deliver else None,
-        r.created_by_turn,
-        r.background,
-        _naive(r.created_at),
-        r.fired,
-        r.state,
-    ]
-
-
-def _reminder_of(row: tuple[Any, ...]) -> Reminder:
-    data = dict(zip(_REMINDER_FIELDS, row, strict=True))
-    for name in ("at", "until", "created_at"):
-        data[name] = _aware(data[name])
-    data["origin"] = Origin.model_validate_json(data["origin"]) if data["origin"] else None
-    data["deliver"] = (
-        DeliverTarget.model_validate_json(data["deliver"]) if data["deliver"] else None
-    )
-    return Reminder.model_validate(data)
 
 
 __all__ = ["STORE_FILE", "Claim", "CursorRow", "LedgerRow", "ScheduleStore", "entry_key"]
