@@ -305,3 +305,44 @@ def test_importing_the_store_loads_no_database() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_many_claims_and_skips_go_in_one_batch_with_the_same_answers(store: ScheduleStore) -> None:
+    from coterie.runtime.schedule.store import Claim
+
+    first = [a_fire(T0, name=f"e{i}") for i in range(10)]
+    assert store.claim_all([Claim(f, fingerprint="fp") for f in first], at=T0) == [True] * 10
+    later = [a_fire(T0 + timedelta(hours=1), name=f"e{i}") for i in range(5)]
+    again = store.claim_all([Claim(f, fingerprint="fp") for f in first[:5] + later], at=T0)
+    assert again == [False] * 5 + [True] * 5
+    cursors = store.cursors()
+    assert cursors["ada/cron/e0"].instant == T0 + timedelta(hours=1)
+    assert cursors["ada/cron/e9"].instant == T0
+    assert {c.last_outcome for c in cursors.values()} == {"fired"}
+    # Starting entries again (a changed spec) moves cursors, keeps last outcomes.
+    store.set_cursors(("ada", "cron", f"e{i}", T0 + timedelta(days=1), "fp2") for i in range(10))
+    cursors = store.cursors()
+    assert all(
+        c.instant == T0 + timedelta(days=1) and c.fingerprint == "fp2" for c in cursors.values()
+    )
+    assert {c.last_outcome for c in cursors.values()} == {"fired"}
+    skips = [
+        (
+            Skip(
+                persona="ada",
+                kind="cron",
+                name=f"e{i}",
+                instant=T0 + timedelta(days=2),
+                fire_id=f"s{i}",
+                reason="paused",
+            ),
+            "fp2",
+            None,
+        )
+        for i in range(10)
+    ]
+    store.skip_all(skips, at=T0)
+    cursors = store.cursors()
+    assert {(c.last_outcome, c.last_reason, c.instant) for c in cursors.values()} == {
+        ("skipped", "paused", T0 + timedelta(days=2))
+    }

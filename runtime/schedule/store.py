@@ -55,13 +55,16 @@ from coterie.runtime.schedule._tables import (
     ack_digest,
     advance_reminder,
     aware,
+    cursor_row,
     entry_key,
     held_message,
+    insert_fires,
     naive,
     record_outcome,
     reminder_capped,
     reminder_of,
     reminder_row,
+    upsert_cursors,
 )
 from coterie.runtime.schedule.entries import EntryKind
 from coterie.runtime.schedule.records import (
@@ -183,16 +186,12 @@ class ScheduleStore:
         items = list(entries)
         if not items:
             return
+        rows = [
+            cursor_row(persona=p, kind=k, name=n, instant=at, fingerprint=fp)
+            for p, k, n, at, fp in items
+        ]
         with self._write() as cur:
-            cur.executemany(
-                """
-                INSERT INTO cursors (entry_key, persona, kind, name, instant, fingerprint)
-                VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (entry_key) DO UPDATE SET
-                    instant = excluded.instant, fingerprint = excluded.fingerprint
-                """,
-                [[entry_key(p, k, n), p, k, n, naive(at), fp] for p, k, n, at, fp in items],
-            )
+            upsert_cursors(cur, rows, start=True)
 
     # -- the fire ledger -----------------------------------------------------
 
@@ -218,53 +217,51 @@ class ScheduleStore:
         fire (run_now) moves nothing.
         """
         now = at or datetime.now(UTC)
-        out: list[bool] = []
+        if not claims:
+            return []
         with self._write() as cur:
+            rows = [
+                [
+                    c.fire.fire_id,
+                    c.fire.persona,
+                    c.fire.kind,
+                    c.fire.key.name,
+                    c.fire.label,
+                    naive(c.fire.instant),
+                    "claimed",
+                    c.fire.manual,
+                    c.fire.kind != "reminder" or reminder_capped(cur, c.fire.key.name),
+                    naive(now),
+                    # A claim is dispatched at once: it counts as the first dispatch.
+                    naive(now),
+                    naive(c.fire.expires_at),
+                    c.fire.model_dump_json(),
+                ]
+                for c in claims
+            ]
+            inserted = insert_fires(cur, rows)
+            cursors = []
             for claim in claims:
                 fire = claim.fire
-                capped = fire.kind != "reminder" or reminder_capped(cur, fire.key.name)
-                inserted = cur.execute(
-                    """
-                    INSERT INTO fires (fire_id, persona, kind, name, label, instant, state,
-                                       manual, capped, claimed_at, dispatched_at, expires_at,
-                                       payload)
-                    VALUES (?, ?, ?, ?, ?, ?, 'claimed', ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT DO NOTHING RETURNING fire_id
-                    """,
-                    [
-                        fire.fire_id,
-                        fire.persona,
-                        fire.kind,
-                        fire.key.name,
-                        fire.label,
-                        naive(fire.instant),
-                        fire.manual,
-                        capped,
-                        naive(now),
-                        # A claim is dispatched at once: it counts as the first dispatch.
-                        naive(now),
-                        naive(fire.expires_at),
-                        fire.model_dump_json(),
-                    ],
-                ).fetchall()
-                out.append(bool(inserted))
-                if not inserted:
+                if fire.fire_id not in inserted:
                     continue
                 if fire.kind == "reminder" and not fire.manual:
                     advance_reminder(cur, fire.key.name, claim.next_at, now)
-                record_outcome(
-                    cur,
-                    persona=fire.persona,
-                    kind=fire.kind,
-                    name=fire.key.name,
-                    outcome="late" if fire.late else "fired",
-                    reason="run_now" if fire.manual else None,
-                    at=now,
-                    fire_id=fire.fire_id,
-                    instant=None if fire.manual or fire.kind == "reminder" else fire.instant,
-                    fingerprint=None if fire.manual else claim.fingerprint,
+                cursors.append(
+                    cursor_row(
+                        persona=fire.persona,
+                        kind=fire.kind,
+                        name=fire.key.name,
+                        outcome="late" if fire.late else "fired",
+                        reason="run_now" if fire.manual else None,
+                        at=now,
+                        fire_id=fire.fire_id,
+                        instant=None if fire.manual or fire.kind == "reminder" else fire.instant,
+                        fingerprint=None if fire.manual else claim.fingerprint,
+                    )
                 )
-        return out
+            upsert_cursors(cur, cursors)
+        return [c.fire.fire_id in inserted for c in claims]
 
     def mark_dispatched(self, fire_id: str, at: datetime) -> None:
         """Note when a claimed fire was (last) handed to its persona."""
@@ -350,22 +347,25 @@ class ScheduleStore:
         no row for them (the audit log has each one)."""
         if not skips:
             return
+        rows = [
+            cursor_row(
+                persona=skip.persona,
+                kind=skip.kind,
+                name=skip.name,
+                outcome="skipped",
+                reason=skip.reason,
+                at=at,
+                fire_id=skip.fire_id,
+                instant=None if skip.kind == "reminder" else skip.instant,
+                fingerprint=fingerprint,
+            )
+            for skip, fingerprint, _ in skips
+        ]
         with self._write() as cur:
-            for skip, fingerprint, next_at in skips:
+            for skip, _, next_at in skips:
                 if skip.kind == "reminder":
                     advance_reminder(cur, skip.name, next_at, at, final="skipped")
-                record_outcome(
-                    cur,
-                    persona=skip.persona,
-                    kind=skip.kind,
-                    name=skip.name,
-                    outcome="skipped",
-                    reason=skip.reason,
-                    at=at,
-                    fire_id=skip.fire_id,
-                    instant=None if skip.kind == "reminder" else skip.instant,
-                    fingerprint=fingerprint,
-                )
+            upsert_cursors(cur, rows)
 
     def miss(
         self,
