@@ -211,6 +211,18 @@ async def test_add_a_heartbeat_and_only_one(sched: LocalScheduler) -> None:
             "invalid_arguments",
             "cron",
         ),
+        (
+            {
+                "action": "add",
+                "type": "cron",
+                "name": "a",
+                "cron": "0 8 * * *",
+                "prompt": "x",
+                "in_seconds": 60,
+            },
+            "invalid_arguments",
+            "in_seconds",
+        ),
         ({"action": "update"}, "invalid_arguments", "name"),
         ({"action": "update", "name": "nope", "prompt": "x"}, "not_found", "name"),
         ({"action": "update", "name": "heartbeat", "every": "1h"}, "not_found", "name"),

@@ -15,9 +15,10 @@ from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from coterie.runtime.config import ScheduleSettings
 from coterie.runtime.errors import ScheduleConfigError, ScheduleError, ToolError
 from coterie.runtime.messages import Origin, new_id
-from coterie.runtime.schedule.cron import format_duration, parse_duration, zone
+from coterie.runtime.schedule.cron import CronSpec, format_duration, parse_duration, zone
 from coterie.runtime.schedule.engine import Scheduler
 from coterie.runtime.schedule.entries import (
     ENTRY_NAME_RE,
@@ -45,6 +46,8 @@ PAST_GRACE = timedelta(seconds=5)
 #: Turns whose creations are counted in memory (entries: reminders are counted by the store).
 _TURNS_REMEMBERED = 4096
 _SLUG = re.compile(r"[^a-z0-9]+")
+# Fields only reminders (and queues) take: add and update refuse them.
+_REMINDER_ONLY = ("at", "in_seconds", "every_seconds", "until", "queue")
 
 
 def local_time(instant: datetime, tz: ZoneInfo) -> str:
@@ -114,7 +117,7 @@ class RemindActions:
         self._created: OrderedDict[str, int] = OrderedDict()
 
     @property
-    def settings(self):  # type: ignore[no-untyped-def]
+    def settings(self) -> ScheduleSettings:
         return self.engine.settings
 
     # -- the per-turn bound --------------------------------------------------
@@ -185,8 +188,6 @@ class RemindActions:
             except ScheduleError as exc:
                 raise ToolError("invalid_arguments", f"tz: {exc}") from None
         if request.cron is not None:
-            from coterie.runtime.schedule.cron import CronSpec
-
             try:
                 CronSpec.parse(request.cron, request.tz or self.engine.tz)
             except ScheduleError as exc:
@@ -208,6 +209,7 @@ class RemindActions:
         turn_id: str | None,
     ) -> RemindResult:
         _need(request.type, "add", "type", "the entry's type (heartbeat or cron)")
+        _refuse(request, "add", _REMINDER_ONLY)
         self._bound(background, turn_id)
         file = self._file(persona)
         if request.type == "heartbeat":
@@ -282,6 +284,7 @@ class RemindActions:
 
     def update(self, persona: str, request: RemindRequest, now: datetime) -> RemindResult:
         _need(request.name, "update", "name", "the entry's name")
+        _refuse(request, "update", _REMINDER_ONLY)
         assert request.name is not None
         file = self._file(persona)
         changes: dict[str, object]
