@@ -130,6 +130,10 @@ ErrorKind = Literal[
     # audit rows only: a failed model call, a turn that failed or errored
     "model_error",
     "turn_error",
+    # audit rows only (``schedule`` events): fires that did not run as scheduled
+    "schedule_missed",
+    "schedule_failed",
+    "deliver_unavailable",
 ]
 ERROR_KINDS: frozenset[str] = frozenset(get_args(ErrorKind))
 

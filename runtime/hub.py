@@ -46,7 +46,8 @@ class LocalHub:
         return await asyncio.wait_for(asyncio.shield(target.handle(envelope)), timeout)
 
     async def post(self, envelope: MessageEnvelope) -> None:
-        self._target(envelope.recipient).post(envelope)
+        # A scheduler's fire is queued only once the persona accepted it.
+        await self._target(envelope.recipient).receive(envelope)
 
 
 __all__ = ["LocalHub"]

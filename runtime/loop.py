@@ -138,8 +138,12 @@ class TurnLoop:
             specs.extend(source.specs())
         return specs
 
-    async def run(self, ctx: TurnContext, *, system: str) -> TurnResult:
-        """Run one turn on ``ctx.conversation`` (its new input already appended)."""
+    async def run(self, ctx: TurnContext, *, system: str, model: Model | None = None) -> TurnResult:
+        """Run one turn on ``ctx.conversation`` (its new input already appended).
+
+        ``model``: another model for this turn only (a heartbeat's cheaper
+        one); default the loop's."""
+        model = model or self.model
         result = TurnResult(text="")
         guard = RepeatGuard()
         last_text = ""
@@ -152,16 +156,16 @@ class TurnLoop:
                         text=STEP_LIMIT_NOTE.format(max_steps=self.max_steps), source="harness"
                     ),
                 )
-                reply = await self._call(ctx, system, result, {}, ToolChoiceNone())
+                reply = await self._call(model, ctx, system, result, {}, ToolChoiceNone())
                 result.text = reply.text or last_text
                 return result
             tools = self.registry.visible(ctx, await self._source_specs())
-            reply = await self._call(ctx, system, result, tools, ToolChoiceAuto())
+            reply = await self._call(model, ctx, system, result, tools, ToolChoiceAuto())
             if reply.text:
                 last_text = reply.text
             if not reply.tool_calls:
                 if ctx.kind in BACKGROUND_CONTEXTS and "end_task" in tools:
-                    await self._force_end_task(ctx, system, result, tools)
+                    await self._force_end_task(model, ctx, system, result, tools)
                 result.text = last_text
                 return self._finish(ctx, result)
             blocked = guard.check(reply.tool_calls, tools, ctx)
@@ -192,12 +196,17 @@ class TurnLoop:
         return result
 
     async def _force_end_task(
-        self, ctx: TurnContext, system: str, result: TurnResult, tools: dict[str, ToolSpec]
+        self,
+        model: Model,
+        ctx: TurnContext,
+        system: str,
+        result: TurnResult,
+        tools: dict[str, ToolSpec],
     ) -> None:
         self._append(ctx, result, UserMessage(text=END_TASK_NOTE, source="harness"))
         only = {"end_task": tools["end_task"]}
         reply = await self._call(
-            ctx, system, result, only, ToolChoiceNamed(name="end_task"), thinking=False
+            model, ctx, system, result, only, ToolChoiceNamed(name="end_task"), thinking=False
         )
         calls = [c for c in reply.tool_calls if c.name == "end_task"][:1]
         if calls:
@@ -234,6 +243,7 @@ class TurnLoop:
 
     async def _call(
         self,
+        model: Model,
         ctx: TurnContext,
         system: str,
         result: TurnResult,
@@ -258,11 +268,11 @@ class TurnLoop:
         )
         started = time.perf_counter()
         try:
-            response: ModelResponse = await self._request(ctx, request)
+            response: ModelResponse = await self._request(model, ctx, request)
         except ModelError as exc:
-            self._record_call(ctx, result, request, started, error=str(exc))
+            self._record_call(model, ctx, result, request, started, error=str(exc))
             raise
-        self._record_call(ctx, result, request, started, response=response)
+        self._record_call(model, ctx, result, request, started, response=response)
         message = response.message
         if choice.kind == "none" and message.tool_calls:
             # Tools were withdrawn; a model that calls one anyway gets its text kept only.
@@ -270,11 +280,13 @@ class TurnLoop:
         self._append(ctx, result, message)
         return message
 
-    async def _request(self, ctx: TurnContext, request: ModelRequest) -> ModelResponse:
+    async def _request(
+        self, model: Model, ctx: TurnContext, request: ModelRequest
+    ) -> ModelResponse:
         """The model's answer; streamed when someone listens and the model can."""
         listener = ctx.on_event
-        if listener is None or not isinstance(self.model, StreamingModel):
-            return await self.model.request(request)
+        if listener is None or not isinstance(model, StreamingModel):
+            return await model.request(request)
 
         def on_text(text: str) -> None:
             listener(
@@ -287,10 +299,11 @@ class TurnLoop:
                 )
             )
 
-        return await self.model.stream(request, on_text)
+        return await model.stream(request, on_text)
 
     def _record_call(
         self,
+        model: Model,
         ctx: TurnContext,
         result: TurnResult,
         request: ModelRequest,
@@ -304,8 +317,8 @@ class TurnLoop:
                 persona=ctx.persona,
                 conversation_id=ctx.conversation_id,
                 turn_id=ctx.turn_id,
-                provider=response.provider if response else self.model.provider,
-                model=response.model if response else self.model.name,
+                provider=response.provider if response else model.provider,
+                model=response.model if response else model.name,
                 step=result.steps,
                 latency_ms=(time.perf_counter() - started) * 1000,
                 input_tokens=response.usage.input_tokens if response else 0,

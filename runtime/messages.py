@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -217,6 +218,41 @@ class Origin(_Model):
     destination: str | None = None
 
 
+#: What a scheduler entry is: the persona's heartbeat, one of its cron
+#: entries, or a reminder it set (``remind``).
+ScheduleKind = Literal["heartbeat", "cron", "reminder"]
+
+
+class ScheduleTurn(_Model):
+    """What the scheduler says about the turn a fire starts (on
+    :attr:`MessageEnvelope.schedule`).
+
+    The persona accepts the fire before queuing it (``SchedulerService.accept``:
+    a second delivery of one fire is dropped) and finishes it when the turn
+    ends. ``model`` is a ``persona.yaml`` model entry (a mapping: this module
+    sits below the config package) used for this turn only.
+    """
+
+    fire_id: str
+    kind: ScheduleKind
+    #: The entry's name (``heartbeat``, a cron entry's), or the reminder's.
+    name: str
+    #: The scheduled instant (UTC).
+    instant: datetime
+    #: Dispatched after a delay (the runtime was down when it fell due).
+    late: bool = False
+    #: A heartbeat in a fresh conversation: the system prompt is SOUL only.
+    light: bool = False
+    #: The fire has a conversation of its own (a light heartbeat, a ``fresh``
+    #: cron entry): the persona forgets it once its turn has ended.
+    fresh: bool = False
+    model: dict[str, Any] | None = None
+    #: Where the turn's final message goes (a cron entry's ``deliver``, a
+    #: reminder's override or the origin it was asked from); also the
+    #: envelope's ``origin``, so ``reply_to_origin`` goes there.
+    deliver: Origin | None = None
+
+
 class MessageEnvelope(_Model):
     """Text for a persona's conversation; the reply correlates by ``id``."""
 
@@ -240,6 +276,8 @@ class MessageEnvelope(_Model):
     # return: the sender awaits the reply; mirror: the reply is posted back
     # into the sender's inbox conversation as a wake; none: nobody hears it.
     reply_mode: Literal["return", "mirror", "none"] = "return"
+    # Set on a fire of the scheduler (heartbeat, cron entry, reminder).
+    schedule: ScheduleTurn | None = None
 
     def expired(self, at: float | None = None) -> bool:
         """Whether the deadline has passed (at ``at``, default now)."""
@@ -438,6 +476,58 @@ class SkillsListed(_Event):
     tokens: int
 
 
+#: What happened to a scheduled instant: fired/late (dispatched), skipped (a
+#: gate stopped it before any model call), missed (due while the runtime was
+#: down, past its grace), failed (never accepted in time, or its turn
+#: failed), deliver_unavailable (its delivery connector is not running: it
+#: did not run), accepted (the persona started it), dropped (a second
+#: delivery of a fire already accepted), done (its turn ended).
+ScheduleOutcome = Literal[
+    "fired",
+    "late",
+    "skipped",
+    "missed",
+    "failed",
+    "deliver_unavailable",
+    "accepted",
+    "dropped",
+    "done",
+]
+
+
+class ScheduleEvent(_Event):
+    """What happened to one fire of a heartbeat, cron entry or reminder.
+
+    The scheduler records fired, late, skipped, missed, failed and
+    deliver_unavailable on the persona's schedule log (conversation
+    ``<persona>:schedule``, no turn); the persona records accepted, dropped
+    and done on the fire's conversation and turn.
+    """
+
+    kind: Literal["schedule"] = "schedule"
+    entry_kind: ScheduleKind
+    name: str
+    instant: datetime
+    fire_id: str
+    outcome: ScheduleOutcome
+    reason: str | None = None
+
+
+class TurnDropped(_Event):
+    """A turn left out of its conversation's history: a heartbeat or cron
+    turn that found nothing to do (it ended ``skipped`` without doing
+    anything else). Its events stay in the log; a conversation rebuilt from
+    the log leaves that turn's messages out, as the persona did in memory."""
+
+    kind: Literal["turn_dropped"] = "turn_dropped"
+    reason: str
+
+
+def schedule_log_id(persona: str) -> str:
+    """The conversation id the scheduler's events of ``persona`` are recorded on."""
+    return f"{persona}:schedule"
+
+
 class TextDelta(_Event):
     """A piece of the model's reply text as it streams (never audited: the
     whole text is in the ``chat_message`` event that follows)."""
@@ -476,7 +566,9 @@ TurnEvent = Annotated[
     | QuestionSet
     | EnvelopeEvent
     | DelegationEvent
-    | SkillsListed,
+    | SkillsListed
+    | ScheduleEvent
+    | TurnDropped,
     Field(discriminator="kind"),
 ]
 turn_event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
@@ -495,6 +587,8 @@ StreamItem = Annotated[
     | EnvelopeEvent
     | DelegationEvent
     | SkillsListed
+    | ScheduleEvent
+    | TurnDropped
     | TextDelta
     | ReplyEnvelope,
     Field(discriminator="kind"),
@@ -519,6 +613,10 @@ __all__ = [
     "Question",
     "QuestionSet",
     "ReplyEnvelope",
+    "ScheduleEvent",
+    "ScheduleKind",
+    "ScheduleOutcome",
+    "ScheduleTurn",
     "SkillsListed",
     "StreamItem",
     "TextDelta",
@@ -535,6 +633,7 @@ __all__ = [
     "ToolFinished",
     "ToolResultMessage",
     "TurnContextKind",
+    "TurnDropped",
     "TurnEnded",
     "TurnEvent",
     "TurnStarted",
@@ -546,6 +645,7 @@ __all__ = [
     "envelope_adapter",
     "inbox_id",
     "new_id",
+    "schedule_log_id",
     "stream_item_adapter",
     "turn_event_adapter",
 ]

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         McpPromptResult,
         McpResourceInfo,
     )
+    from coterie.runtime.schedule.service import SchedulerService
     from coterie.runtime.shell.sandbox import Sandbox
 
 
@@ -273,7 +274,7 @@ class KeyedLocks:
 class Services:
     """The services a persona's tools are handed (``ctx.services``).
 
-    The first five are handles to the rest of the runtime, given to the
+    The first six are handles to the rest of the runtime, given to the
     persona (each may be absent: its tools then hide); the rest the persona
     owns and stops when it closes: its delegated work, its MCP servers, the
     tasks tools leave running and the per-file locks of its file tools.
@@ -289,6 +290,9 @@ class Services:
     processes: ProcessService | None = None
     #: Messages out to people through the running connectors.
     deliveries: DeliveryService | None = None
+    #: The runtime's scheduler (runtime.schedule.SchedulerService): fires are
+    #: accepted and finished through it, and the ``remind`` tool uses it.
+    scheduler: SchedulerService | None = None
     #: Pushed work the persona delegated (subagents, coding agents).
     delegations: DelegationService | None = None
     #: The persona's MCP servers (runtime.mcp.McpHub), when it has any.

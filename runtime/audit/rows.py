@@ -15,6 +15,7 @@ from coterie.runtime.messages import (
     DelegationEvent,
     HistoryAppended,
     ModelCalled,
+    ScheduleEvent,
     SkillsListed,
     ToolCalled,
     ToolFinished,
@@ -52,8 +53,15 @@ EVENT_COLUMNS: tuple[str, ...] = (
 )
 
 #: The kinds of event a conversation is rebuilt from (``AuditWriter.conversation``):
-#: its messages, its todo lists and its questions.
-HISTORY_KINDS: tuple[str, ...] = ("chat_message", "todos", "question")
+#: its messages, its todo lists, its questions, and the turns left out of it.
+HISTORY_KINDS: tuple[str, ...] = ("chat_message", "todos", "question", "turn_dropped")
+
+#: The ``error_kind`` of a ``schedule`` event whose fire did not run as scheduled.
+SCHEDULE_ERRORS: dict[str, str] = {
+    "missed": "schedule_missed",
+    "failed": "schedule_failed",
+    "deliver_unavailable": "deliver_unavailable",
+}
 
 # Orders events of one process that share a timestamp; ``ts`` orders the rest.
 _seq = itertools.count(1)
@@ -106,6 +114,14 @@ def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
         row["call_id"] = event.handle
         row["tool"] = event.work
         row["status"] = event.status
+    elif isinstance(event, ScheduleEvent):
+        # Who fired, skipped, missed and why: ``status`` is the outcome,
+        # ``call_id`` joins the fire's events (the scheduler's and the
+        # persona's), ``tool`` is the entry's kind.
+        row["status"] = event.outcome
+        row["call_id"] = event.fire_id
+        row["tool"] = event.entry_kind
+        row["error_kind"] = SCHEDULE_ERRORS.get(event.outcome)
     elif isinstance(event, SkillsListed) and event.problems:
         # Skills the persona cannot use show up in a query for errors.
         row["error_kind"] = "invalid_skill"
@@ -116,4 +132,12 @@ def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
     return row
 
 
-__all__ = ["EVENT_COLUMNS", "Row", "Send", "event_row", "event_to_row"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "HISTORY_KINDS",
+    "SCHEDULE_ERRORS",
+    "Row",
+    "Send",
+    "event_row",
+    "event_to_row",
+]

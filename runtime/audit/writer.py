@@ -319,8 +319,9 @@ class AuditWriter:
 
     def conversation(self, persona: str, conversation_id: str) -> ConversationRecord:
         """Rebuild a conversation: its messages (``chat_message`` events, in
-        order), its latest todo list (the last ``todos`` event) and its pending
-        question (the last ``question`` event)."""
+        order, but those of turns a ``turn_dropped`` event left out), its
+        latest todo list (the last ``todos`` event) and its pending question
+        (the last ``question`` event)."""
         import duckdb
 
         try:
@@ -330,14 +331,20 @@ class AuditWriter:
             raise
         try:
             rows = cur.execute(
-                "SELECT kind, payload FROM events WHERE persona = ? AND conversation_id = ? "
+                "SELECT kind, turn_id, payload FROM events WHERE persona = ? "
+                "AND conversation_id = ? "
                 f"AND kind IN ({', '.join('?' * len(HISTORY_KINDS))}) ORDER BY ts, seq",
                 [persona, conversation_id, *HISTORY_KINDS],
             ).fetchall()
         finally:
             cur.close()
+        # Turns left out of the history (a heartbeat that found nothing to do):
+        # their messages stay in the log, not in the conversation.
+        dropped = {turn_id for kind, turn_id, _ in rows if kind == "turn_dropped"}
         record = ConversationRecord()
-        for kind, payload in rows:
+        for kind, turn_id, payload in rows:
+            if kind == "turn_dropped" or (kind == "chat_message" and turn_id in dropped):
+                continue
             event = turn_event_adapter.validate_json(payload)
             if kind == "chat_message":
                 record.messages.append(cast(HistoryAppended, event).message)

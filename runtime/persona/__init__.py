@@ -4,8 +4,8 @@
 :class:`PersonaRuntime` puts together the parts: the per-conversation queues
 and soft interrupts (``queues``), the turns built around the tool loop
 (``turns``), the services the persona owns (``wiring``), what it is handed
-(``host``: :class:`PersonaHost`, :class:`Launchers`) and its conversations'
-history (``history``).
+(``host``: :class:`PersonaHost`, :class:`Launchers`), its conversations'
+history (``history``) and the scheduler's fires (``scheduled``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from coterie.runtime.persona.history import (
 from coterie.runtime.persona.host import Launchers, PersonaHost
 from coterie.runtime.persona.queues import Batch, ConversationQueues, Pending
 from coterie.runtime.persona.runtime import PersonaRuntime
+from coterie.runtime.persona.scheduled import ScheduledTurns
 from coterie.runtime.persona.turns import TurnBuilder
 from coterie.runtime.persona.wiring import PersonaWiring
 
@@ -31,6 +32,7 @@ __all__ = [
     "PersonaHost",
     "PersonaRuntime",
     "PersonaWiring",
+    "ScheduledTurns",
     "TurnBuilder",
     "render_input",
     "trim_history",

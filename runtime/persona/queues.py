@@ -15,6 +15,8 @@
 - at most ``max_conversations`` are held in memory: idle ones beyond it are
   dropped from the oldest, when the audit log can give them back (a dropped
   conversation is read back before its next turn);
+- a conversation a scheduler's fire has to itself (``schedule.fresh``: a
+  light heartbeat, a fresh cron entry) is forgotten once its turn has ended;
 - once closing it refuses new messages with
   :class:`~runtime.errors.PersonaPassivatedError`, so callers resolve the
   persona again.
@@ -86,6 +88,8 @@ class _Slot:
     in_turn: bool = False
     interrupt: bool = False
     loaded: bool = False
+    # A fire's own conversation: forgotten once drained.
+    once: bool = False
 
     def interrupted(self) -> bool:
         return self.interrupt
@@ -96,9 +100,13 @@ class _Slot:
     def persona_sourced_queued(self) -> int:
         return sum(p.envelope.source_kind == "persona" for p in self.queue)
 
+    def settled(self) -> bool:
+        """Nothing in a turn or waiting (its worker may still be ending)."""
+        return not (self.in_turn or self.queue or self.carried)
+
     def idle(self) -> bool:
         """No turn running and nothing waiting: safe to drop from memory."""
-        return not (self.running() or self.in_turn or self.queue or self.carried)
+        return not self.running() and self.settled()
 
 
 class ConversationQueues:
@@ -183,6 +191,8 @@ class ConversationQueues:
         )
         future = asyncio.get_running_loop().create_future() if wait else None
         pending = Pending(envelope, future, listener)
+        if envelope.schedule is not None and envelope.schedule.fresh:
+            slot.once = True
         slot.queue.append(pending)
         if slot.in_turn:
             slot.interrupt = True  # soft: the turn stops after its current tools
@@ -260,6 +270,8 @@ class ConversationQueues:
                 continue
             self._resolve(answers, [self._reply(p.envelope, result, turn_id) for p in answers])
             await self._answered(batch, result)
+        if slot.once and slot.settled() and self._slots.get(slot.conversation.id) is slot:
+            del self._slots[slot.conversation.id]  # nothing will come to it again
 
     def _unexpired(self, queued: list[Pending]) -> list[Pending]:
         """``queued`` without the messages whose deadline has passed: nobody

@@ -33,7 +33,7 @@ from typing import Any
 from coterie.runtime.config import Persona
 from coterie.runtime.context import Conversation
 from coterie.runtime.delegation import Delegations
-from coterie.runtime.errors import CoterieError
+from coterie.runtime.errors import CoterieError, PersonaPassivatedError
 from coterie.runtime.loop import TurnLoop, TurnResult
 from coterie.runtime.mcp.hub import McpHub
 from coterie.runtime.mcp_source import McpToolSource
@@ -99,6 +99,8 @@ class PersonaRuntime:
             sources=[McpToolSource(self.wiring.mcp)],
         )
         self.turns = TurnBuilder(persona, loop=self.loop, services=self.services, host=self.host)
+        # Fires being accepted from the scheduler right now (see receive).
+        self._admitting = 0
         self.queues = ConversationQueues(
             persona.name,
             host=self.host,
@@ -139,8 +141,9 @@ class PersonaRuntime:
         return len(self.queues)
 
     def busy(self) -> bool:
-        """Whether any conversation has a turn running or messages waiting."""
-        return self.queues.busy()
+        """Whether any conversation has a turn running or messages waiting
+        (or a fire is being accepted)."""
+        return self._admitting > 0 or self.queues.busy()
 
     def idle_for(self) -> float:
         """Seconds since the last message or turn end (0 while busy or while
@@ -189,6 +192,30 @@ class PersonaRuntime:
     def post(self, envelope: MessageEnvelope) -> None:
         """Queue the message without waiting for its turn (fire and forget)."""
         self.queues.accept(envelope, wait=False)
+
+    async def receive(self, envelope: MessageEnvelope) -> bool:
+        """:meth:`post`, for a message from outside the persona: a fire of
+        the scheduler is queued only once the scheduler lets this persona
+        accept it (see :mod:`~coterie.runtime.persona.scheduled`); whether
+        it was queued.
+
+        While the scheduler is asked the persona counts as busy, so that it
+        is not passivated between accepting a fire and queuing it (an
+        accepted fire is never sent again).
+        """
+        if envelope.schedule is None:
+            self.post(envelope)
+            return True
+        if self.closing:
+            raise PersonaPassivatedError(f"persona {self.name!r} is closing")
+        self._admitting += 1
+        try:
+            if not await self.turns.scheduled.admit(envelope):
+                return False
+            self.queues.accept(envelope, wait=False)
+            return True
+        finally:
+            self._admitting -= 1
 
     async def stream(self, envelope: MessageEnvelope) -> AsyncIterator[StreamItem]:
         """Queue the message, then yield the events of the turn(s) that answer
@@ -252,6 +279,8 @@ class PersonaRuntime:
         processes = self.services.processes
         if processes is not None and await processes.running():
             return False  # background commands still running: not idle
+        if self.busy():
+            return False  # a message (or a fire) came in meanwhile
         await self.aclose()
         return True
 
@@ -260,6 +289,7 @@ class PersonaRuntime:
         background tasks, shell processes), flush the audit sink and close the model."""
         self.queues.close()
         await self.wiring.aclose()
+        await self.turns.scheduled.aclose()
         await self.model.aclose()
 
 

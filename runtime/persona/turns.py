@@ -9,7 +9,11 @@ streaming listeners), its input appended to the history (and recorded, so the
 conversation can be rebuilt), its system prompt (with the user model, when
 memory answers, and the skills, looked at again at each turn's start: see
 :mod:`~coterie.runtime.skills`), then the loop's run, between a ``turn_started`` and a
-``turn_ended`` event. Old spill files are swept at most once an hour.
+``turn_ended`` event. A turn the scheduler started (a heartbeat, a cron entry, a
+reminder) runs on the fire's own model when it has one (a light heartbeat on SOUL
+alone), is left out of the history when it found nothing to do, and ends its fire:
+see :mod:`~coterie.runtime.persona.scheduled`. Old spill files are swept at most
+once an hour.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from coterie.runtime.messages import (
 from coterie.runtime.persona.history import render_input, trim_history, unanswered_calls
 from coterie.runtime.persona.host import PersonaHost
 from coterie.runtime.persona.queues import Batch
+from coterie.runtime.persona.scheduled import ScheduledTurns, light_system_prompt, schedule_of
 from coterie.runtime.prompt import build_system_prompt
 from coterie.runtime.runner import remove_old_spills
 from coterie.runtime.services import AuditSink, Services
@@ -113,6 +118,8 @@ class TurnBuilder:
             home=persona.path.parent.parent, persona_dir=persona.path, only=cfg.skills
         )
         self.skill_prompt = SkillPrompt(persona.name, budget=host.settings.skills.prompt_budget)
+        # The scheduler's fires: their model, their end, the turns left out.
+        self.scheduled = ScheduledTurns(persona.name, services)
         self._spills_swept = 0.0
         self._sweep_spills()
 
@@ -166,6 +173,8 @@ class TurnBuilder:
         """Run the turn that answers ``batch``: how it ended, and its id."""
         conversation = batch.conversation
         turn_id = new_id("turn_")
+        envelopes = [p.envelope for p in batch.answers]
+        schedule = schedule_of(envelopes)
         await self.skills.refresh()
         ctx = self.context(batch, turn_id)
         started = time.perf_counter()
@@ -188,6 +197,7 @@ class TurnBuilder:
                 # The persona died mid-tool-call: its calls get a result, or no
                 # provider would accept the conversation again.
                 self._append(ctx, missing)
+        mark = len(conversation.history)  # where this turn's own messages start
         for pending in batch.new:
             env = pending.envelope
             text = render_input(env)
@@ -195,17 +205,33 @@ class TurnBuilder:
                 text = self._answering(ctx, env.text)
             self._append(ctx, UserMessage(text=text, source=env.sender))
         try:
-            result = await self.loop.run(ctx, system=await self.system_prompt(ctx.settings.skills))
+            if schedule is not None and schedule.light:
+                system = light_system_prompt(self.persona)
+            else:
+                system = await self.system_prompt(ctx.settings.skills)
+            result = await self.loop.run(ctx, system=system, model=self.scheduled.model(schedule))
         except Exception as exc:
             # Every started turn ends in the log, however it failed.
-            self._record_end(ctx, started, "error", 0, f"{type(exc).__name__}: {exc}", False)
+            error = f"{type(exc).__name__}: {exc}"
+            self._record_end(ctx, started, "error", 0, error, False)
+            await self.scheduled.finish(envelopes, "error", turn_id=turn_id, reason=error)
             raise
         self._record_end(ctx, started, result.status, result.steps, None, result.interrupted)
         if result.question is not None:
             self._set_question(ctx, result.question)
+        self.scheduled.drop_turn(
+            conversation.history,
+            mark,
+            schedule,
+            result,
+            conversation_id=conversation.id,
+            turn_id=turn_id,
+        )
         conversation.history = trim_history(
             conversation.history, self.host.settings.max_history_messages
         )
+        if not result.interrupted:  # else the next turn answers its messages, and ends the fire
+            await self.scheduled.finish(envelopes, result.status, turn_id=turn_id)
         self._sweep_spills()
         return result, turn_id
 
