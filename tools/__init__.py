@@ -11,6 +11,7 @@ from coterie.tools.files import FILE_TOOLS
 from coterie.tools.mcp import MCP_TOOLS
 from coterie.tools.memory import MEMORY_TOOLS
 from coterie.tools.personas import PERSONA_TOOLS
+from coterie.tools.schedule import SCHEDULE_TOOLS
 from coterie.tools.shell import SHELL_TOOLS
 from coterie.tools.skills import SKILL_TOOLS
 from coterie.tools.tasks import TASK_TOOLS
@@ -30,6 +31,7 @@ def builtin_registry() -> ToolRegistry:
             *FILE_TOOLS,
             *SHELL_TOOLS,
             *SKILL_TOOLS,
+            *SCHEDULE_TOOLS,
             *TASK_TOOLS,
             *WEB_TOOLS,
             *MCP_TOOLS,
@@ -46,6 +48,7 @@ __all__ = [
     "MCP_TOOLS",
     "MEMORY_TOOLS",
     "PERSONA_TOOLS",
+    "SCHEDULE_TOOLS",
     "SHELL_TOOLS",
     "SKILL_TOOLS",
     "TASK_TOOLS",
