@@ -1,8 +1,9 @@
 """Ray actors: thin shells over the plain logic in ``runtime`` and ``tools``.
 
-One module per actor kind — router, persona, audit, memory, shell — plus the
-Ray plumbing they share (``_ray``). Only entry points (the ``coterie``
-package: the CLI, the Python API) import this package.
+One module per actor kind — router, persona, audit, memory, scheduler, shell
+(and the delegations') — plus the Ray plumbing they share (``_ray``). Only
+entry points (the ``coterie`` package: the CLI, the Python API) import this
+package.
 
 Importing the package itself loads nothing of coterie's but ``_lean``: in an
 actor's process the first import of it is Ray loading the actor's class, and
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         persona_actor_name,
         router_name,
         runtime_id,
+        scheduler_name,
     )
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "persona_actor_name",
     "router_name",
     "runtime_id",
+    "scheduler_name",
 ]
 
 

@@ -54,6 +54,10 @@ def memory_name(rid: str) -> str:
     return f"coterie:{rid}:memory"
 
 
+def scheduler_name(rid: str) -> str:
+    return f"coterie:{rid}:scheduler"
+
+
 # -- errors ------------------------------------------------------------------
 
 
@@ -227,5 +231,6 @@ __all__ = [
     "remote",
     "router_name",
     "runtime_id",
+    "scheduler_name",
     "unwrap",
 ]

@@ -30,6 +30,7 @@ from coterie.actors._ray import (
 )
 from coterie.actors.coding_agent import RayCodingAgents
 from coterie.actors.mcp import RayMcpClients
+from coterie.actors.scheduler import scheduler_service
 from coterie.actors.shell import ShellProcesses
 from coterie.actors.subagent import RaySubagents
 from coterie.runtime.audit.loader import ConversationLoader
@@ -40,6 +41,7 @@ from coterie.runtime.messages import ConversationRecord, MessageEnvelope, Person
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.persona import Launchers, PersonaHost, PersonaRuntime
 from coterie.runtime.routing import Directory, IdleWatcher
+from coterie.runtime.schedule.service import SchedulerService
 from coterie.runtime.services import Services
 from coterie.tools import builtin_registry
 
@@ -60,6 +62,18 @@ class RouterDeliveries:
         return infos
 
 
+def _scheduler(name: str | None, namespace: str) -> SchedulerService | None:
+    """The runtime's Scheduler actor as a service (None without one: fires
+    are then not deduplicated and the remind tool is not offered)."""
+    if name is None:
+        return None
+    try:
+        return scheduler_service(ray.get_actor(name, namespace=namespace))
+    except ValueError:
+        log.warning("no scheduler actor %r: this persona runs without one", name)
+        return None
+
+
 class PersonaActor:
     """One persona: its conversations and turns. Created by the router."""
 
@@ -74,6 +88,7 @@ class PersonaActor:
         namespace: str,
         roster: list[tuple[str, str]],
         settings: RuntimeSettings,
+        scheduler_actor: str | None = None,
     ) -> None:
         persona = load_persona(Path(home), name)
         self._audit_handle = ray.get_actor(audit_actor, namespace=namespace)
@@ -100,6 +115,8 @@ class PersonaActor:
                 # One actor per command, on this node, owned by this actor.
                 processes=ShellProcesses(max_processes=settings.max_background_processes),
                 deliveries=RouterDeliveries(self.directory),
+                # Fires are accepted and finished there; the remind tool uses it.
+                scheduler=_scheduler(scheduler_actor, namespace),
             ),
             launchers=Launchers(
                 # One Subagent actor per spawn, on this node, owned by this actor.
@@ -185,9 +202,10 @@ class PersonaActor:
         self._after_turn()
 
     async def post(self, data: str) -> None:
-        """Queue an envelope (JSON) without waiting for its turn."""
+        """Queue an envelope (JSON) without waiting for its turn (a fire of
+        the scheduler once this persona accepted it)."""
         self._after_turn()  # one posted earlier may have run
-        self.runtime.post(self._admit(data))
+        await self.runtime.receive(self._admit(data))
 
     async def prepare_passivation(self, idle_timeout: float) -> bool:
         """Close if still idle (the router then kills us); whether we did.

@@ -82,6 +82,7 @@ class RayPersonaHost:
         router_actor: str,
         memory_actor: str,
         settings: RuntimeSettings,
+        scheduler_actor: str | None = None,
     ) -> None:
         self.home = home
         self.runtime_id = runtime_id
@@ -89,6 +90,7 @@ class RayPersonaHost:
         self.audit_actor = audit_actor
         self.router_actor = router_actor
         self.memory_actor = memory_actor
+        self.scheduler_actor = scheduler_actor
         self.settings = settings
         #: The placement each persona's actor was started with (Ray keeps it
         #: for the actor's restarts).
@@ -117,6 +119,7 @@ class RayPersonaHost:
             namespace=self.namespace,
             roster=roster,
             settings=self.settings,
+            scheduler_actor=self.scheduler_actor,
         )
         # Bounded only when pinned: an unpinned persona fits any node, so a slow
         # start is load (a hundred starting at once), not a placement no node
@@ -183,6 +186,7 @@ class RouterActor:
         router_actor: str,
         memory_actor: str,
         settings: RuntimeSettings,
+        scheduler_actor: str | None = None,
     ) -> None:
         self.runtime_id = runtime_id
         self.host = RayPersonaHost(
@@ -193,6 +197,7 @@ class RouterActor:
             router_actor=router_actor,
             memory_actor=memory_actor,
             settings=settings,
+            scheduler_actor=scheduler_actor,
         )
         self.router: Router[Any] = Router(
             Path(home),

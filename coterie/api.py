@@ -31,6 +31,7 @@ from coterie.actors._ray import (
     remote,
     router_name,
     runtime_id,
+    scheduler_name,
     unwrap,
 )
 from coterie.actors.audit import get_or_create_audit_log
@@ -41,6 +42,7 @@ from coterie.actors.router import (
     check_cluster_placement,
     placement_options,
 )
+from coterie.actors.scheduler import get_or_create_scheduler
 from coterie.holder import clear_holder, home_in_use, is_lock_conflict, record_holder
 from coterie.runtime.audit import QueryResult
 from coterie.runtime.config import (
@@ -51,16 +53,25 @@ from coterie.runtime.config import (
     resolve_home,
 )
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
-from coterie.runtime.errors import ActorLostError, DeliveryError, UnknownPersonaError
+from coterie.runtime.errors import (
+    ActorLostError,
+    CoterieError,
+    DeliveryError,
+    UnknownPersonaError,
+)
+from coterie.runtime.fires import SchedulerStats
 from coterie.runtime.frontdoor import PersonaInfo
 from coterie.runtime.memory import MemoryClient, RecallHit
 from coterie.runtime.memory.choice import EmbedderChoice
 from coterie.runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
 from coterie.runtime.routing import Directory, RouterStatus
+from coterie.runtime.schedule.records import ScheduleListing
 
 DEFAULT_ASK_TIMEOUT = 120.0
 #: Seconds a status waits for the memory store (it may still be starting).
 MEMORY_STATUS_TIMEOUT = 10.0
+#: Seconds a status waits for the scheduler (it may be restarting).
+SCHEDULER_STATUS_TIMEOUT = 10.0
 T = TypeVar("T")
 
 
@@ -130,15 +141,29 @@ class Runtime:
             router_actor=router_name(self.id),
             memory_actor=memory_name(self.id),
             settings=self.settings,
+            scheduler_actor=scheduler_name(self.id),
         )
-        # The router and the audit log always: the audit log fails at once
-        # when another runtime holds the home's DuckDB file, and says so here
-        # rather than in the first turn. The memory store when pinned, since
-        # then a full node can leave it pending (unpinned, nothing waits for
-        # it: it is slow to start).
+        # The scheduler holds <home>/schedule.duckdb, as the audit log holds
+        # its file: it runs where the audit log does (the home's node).
+        self.scheduler: Any = get_or_create_scheduler(
+            str(home),
+            self.settings,
+            name=scheduler_name(self.id),
+            namespace=namespace,
+            audit_actor=audit_name(self.id),
+            router_actor=router_name(self.id),
+            detached=detached,
+            options=placement_options(placement.audit),
+        )
+        # The router, the audit log and the scheduler always: the audit log and
+        # the scheduler fail at once when another runtime holds the home's
+        # DuckDB files, and say so here rather than in the first turn. The
+        # memory store when pinned, since then a full node can leave it pending
+        # (unpinned, nothing waits for it: it is slow to start).
         waits = [
             (self.router, placement.router, "the router"),
             (self.audit, placement.audit, "the audit log"),
+            (self.scheduler, placement.audit, "the scheduler"),
         ]
         if placement.memory.pinned:
             waits.append((self.memory, placement.memory, "the memory store"))
@@ -149,7 +174,7 @@ class Runtime:
                 raise
             # A runtime here without its audit log is of no use: what this
             # start made on the cluster goes, so the next start makes it anew.
-            for handle in (self.router, self.memory):
+            for handle in (self.router, self.memory, self.scheduler, self.audit):
                 ray.kill(handle, no_restart=True)
             raise home_in_use(home, exc) from None
         self.address: str = ray.get_runtime_context().gcs_address
@@ -395,7 +420,7 @@ class Runtime:
 
     async def status_async(self) -> dict[str, Any]:
         """What runs: active personas and their queues, connectors, the audit
-        log's backlog, the memory store and the Ray cluster."""
+        log's backlog, the memory store, the scheduler and the Ray cluster."""
         router: RouterStatus = await self.directory.call_router("status")
         audit = await self._audit_async("stats")
         resources = ray.cluster_resources()
@@ -419,7 +444,37 @@ class Runtime:
             "outbound_waiting": router.outbound_waiting,
             "audit": audit.model_dump(),
             "memory": await self._memory_status(),
+            "scheduler": await self._scheduler_status(),
         }
+
+    async def _scheduler_status(self) -> dict[str, Any]:
+        """The scheduler's counters, or why there are none (it may be restarting)."""
+        try:
+            stats: SchedulerStats = await asyncio.wait_for(
+                remote(read(lambda: self.scheduler.stats.remote())), SCHEDULER_STATUS_TIMEOUT
+            )
+        except TimeoutError:
+            return {"error": f"the scheduler did not answer within {SCHEDULER_STATUS_TIMEOUT:g} s"}
+        except CoterieError as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        return stats.model_dump(mode="json")
+
+    # -- schedules -------------------------------------------------------
+
+    async def schedules_async(self, persona: str | None = None) -> ScheduleListing:
+        """Every heartbeat, cron entry and pending reminder (of one persona):
+        next fires in their zones, last outcomes, paused queues, file errors.
+        Unknown personas raise :class:`UnknownPersonaError`."""
+        if persona is not None and not await asyncio.to_thread(persona_exists, self.home, persona):
+            raise UnknownPersonaError(persona, await asyncio.to_thread(persona_names, self.home))
+        listing: ScheduleListing = await remote(
+            read(lambda: self.scheduler.listing.remote(persona))
+        )
+        return listing
+
+    def schedules(self, persona: str | None = None) -> ScheduleListing:
+        """See :meth:`schedules_async`."""
+        return self._run(self.schedules_async(persona))
 
     async def _memory_status(self) -> dict[str, Any]:
         """The memory store's embedder and why it was chosen — or why there is
@@ -461,6 +516,13 @@ class Runtime:
         """
         stop = (not self.detached) if stop_actors is None else stop_actors
         try:
+            try:
+                if stop:  # no fire starts a turn from now on; its file is let go of
+                    ray.get(self.scheduler.shutdown.remote())
+                else:
+                    ray.get(self.scheduler.flush.remote())
+            except ray.exceptions.RayError as exc:  # gone or restarting: stop the rest anyway
+                log.warning("the scheduler could not be stopped cleanly: %s", unwrap(exc))
             # The router may be restarting; its calls are safe to repeat.
             self._run(self.directory.call_router("flush_all"))
             if stop:
@@ -470,6 +532,7 @@ class Runtime:
                 ray.get(self.audit.shutdown.remote())
                 ray.kill(self.audit)
                 ray.kill(self.memory)
+                ray.kill(self.scheduler)
                 ray.kill(self.router)
                 clear_holder(self.home, address=self.address)
         finally:

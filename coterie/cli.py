@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from coterie import eval_cli
+from coterie import eval_cli, schedules_cli
 from coterie.runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
 from coterie.runtime.errors import AuditQueryError, CoterieError, PersonaConfigError
 from coterie.runtime.serve.client import ServerClient, ServerError, find_server
@@ -379,7 +379,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     connectors = ", ".join(c["id"] for c in data["connectors"]) or "none"
     console.print(f"connectors: {connectors}; waiting to send: {data['outbound_waiting']}")
     _print_memory_line(data.get("memory", {}))
+    _print_scheduler_line(data.get("scheduler", {}))
     return 0
+
+
+def _print_scheduler_line(scheduler: dict[str, Any]) -> None:
+    if scheduler.get("error"):
+        err_console.print(
+            f"scheduler: {scheduler['error']}", style="red", markup=False, highlight=False
+        )
+        return
+    if not scheduler:
+        return
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(scheduler["outcomes"].items())) or "none"
+    broken = scheduler["file_errors"]
+    console.print(
+        f"scheduler: {scheduler['entries']} entries, {scheduler['reminders']} reminders, "
+        f"next wake {scheduler['next_wake'] or 'none'}; since start: {outcomes}"
+        + (f"; {broken} schedule file(s) do not load" if broken else "")
+        + " (coterie schedules for each)",
+        markup=False,
+        highlight=False,
+    )
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -532,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     eval_cli.add_parser(sub)
+    schedules_cli.add_parser(sub)
     return parser
 
 
@@ -542,6 +564,7 @@ COMMANDS = {
     "chat": cmd_chat,
     "audit": cmd_audit,
     "eval": eval_cli.cmd_eval,
+    "schedules": schedules_cli.cmd_schedules,
     "serve": cmd_serve,
     "mcp-serve": cmd_mcp_serve,
     "status": cmd_status,

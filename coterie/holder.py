@@ -1,10 +1,11 @@
 """Which runtime holds a home, so that another one that cannot open it says so.
 
-A home has one runtime at a time: its audit log is a DuckDB file that one
-process holds open (the AuditLog actor's). A runtime joined to a cluster
-(``--address``) leaves its actors running there, detached, when the command
-ends; a later command without ``--address`` would then start a second
-runtime on the same home, whose audit log cannot take the file's lock.
+A home has one runtime at a time: its audit log and its schedule store are
+DuckDB files that one process each holds open (the AuditLog and Scheduler
+actors'). A runtime joined to a cluster (``--address``) leaves its actors
+running there, detached, when the command ends; a later command without
+``--address`` would then start a second runtime on the same home, whose
+audit log (or scheduler) cannot take its file's lock.
 
 So a runtime that starts on a home records where it runs in
 ``<home>/runtime-holder.json`` — the Ray cluster's address, whether its
@@ -32,6 +33,9 @@ from coterie.runtime.serve.auth import write_private
 HOLDER_FILE = "runtime-holder.json"
 #: How DuckDB says another process holds the file's lock.
 LOCK_CONFLICT = "Could not set lock on file"
+#: The scheduler's file in a home (runtime.schedule.STORE_FILE; not imported:
+#: this module stays light for every command).
+SCHEDULE_FILE = "schedule.duckdb"
 _HOLDER_PID = re.compile(r"\(PID (\d+)\)")
 
 
@@ -75,8 +79,14 @@ def clear_holder(home: Path, *, address: str) -> None:
 
 
 def is_lock_conflict(error: BaseException) -> bool:
-    """Whether ``error`` (an audit log that could not start) is DuckDB's lock conflict."""
+    """Whether ``error`` (an audit log or a scheduler that could not start)
+    is DuckDB's lock conflict."""
     return LOCK_CONFLICT in str(error)
+
+
+def _held_file(error: BaseException) -> str:
+    """Which of the home's files the lock conflict was on, as a message says it."""
+    return "schedule store" if SCHEDULE_FILE in str(error) else "audit log"
 
 
 def _may_run(holder: Holder) -> bool:
@@ -94,10 +104,11 @@ def _may_run(holder: Holder) -> bool:
 
 
 def home_in_use(home: Path, error: BaseException) -> HomeInUseError:
-    """The error for a runtime whose audit log found ``home``'s file locked:
-    what holds the home, as far as its record says, and what to do."""
+    """The error for a runtime whose audit log (or scheduler) found
+    ``home``'s file locked: what holds the home, as far as its record says,
+    and what to do."""
     found = _HOLDER_PID.search(str(error))
-    locker = f" (process {found.group(1)} holds its audit log)" if found else ""
+    locker = f" (process {found.group(1)} holds its {_held_file(error)})" if found else ""
     holder = read_holder(home)
     if holder is not None and holder.detached:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(holder.started))

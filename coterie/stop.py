@@ -5,9 +5,11 @@ detached, after its command ends: the next command on that cluster finds
 them, and a command on the home without ``--address`` cannot open the home
 (its audit log is a DuckDB file those actors hold). :func:`stop_runtime`
 joins the cluster and stops the home's actors in the order that loses
-nothing: the personas' audit buffers are flushed into the audit log, the
-personas stopped, the audit log flushed and closed (which lets go of its
-DuckDB file), then the audit log, the memory store and the router go.
+nothing: the scheduler is stopped first (no fire starts a turn any more; it flushes its
+audit buffer and lets go of ``schedule.duckdb``), the personas' audit
+buffers are flushed into the audit log, the personas stopped, the audit log
+flushed and closed (which lets go of its DuckDB file), then the audit log,
+the memory store, the scheduler and the router go.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from coterie.actors._ray import (
     persona_actor_name,
     router_name,
     runtime_id,
+    scheduler_name,
 )
 from coterie.holder import clear_holder
 from coterie.runtime.audit.log import AuditLogStats
@@ -72,7 +75,13 @@ def stop_actors(rid: str) -> tuple[bool, int, int]:
     """Stop the actors of runtime ``rid`` on the cluster this process is on:
     whether any was found, how many personas were stopped, and how many audit
     rows were left unwritten."""
-    router, audit, memory = (_actor(n(rid)) for n in (router_name, audit_name, memory_name))
+    router, audit, memory, scheduler = (
+        _actor(n(rid)) for n in (router_name, audit_name, memory_name, scheduler_name)
+    )
+    if scheduler is not None:
+        # Gone or restarting: it is killed below all the same.
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(scheduler.shutdown.remote(), timeout=STEP_TIMEOUT)
     if router is not None:
         # The router flushes every persona's audit buffer, then shuts down and
         # stops each persona actor of the runtime (found by name, so also
@@ -91,10 +100,10 @@ def stop_actors(rid: str) -> tuple[bool, int, int]:
         ray.get(audit.flush.remote(), timeout=STEP_TIMEOUT)
         stats: AuditLogStats = ray.get(audit.shutdown.remote(), timeout=STEP_TIMEOUT)
         pending = stats.pending
-    for handle in (audit, memory, router):
+    for handle in (audit, memory, scheduler, router):
         if handle is not None:
             ray.kill(handle, no_restart=True)
-    found = any(h is not None for h in (router, audit, memory)) or personas > 0
+    found = any(h is not None for h in (router, audit, memory, scheduler)) or personas > 0
     return found, personas, pending
 
 

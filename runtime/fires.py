@@ -30,9 +30,11 @@ neither depends on the other.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, tzinfo
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from coterie.runtime.config import runtime_timezone
 from coterie.runtime.connectors.base import ConnectorInfo
@@ -159,6 +161,28 @@ def undeliverable(fire: Fire, running: list[ConnectorInfo]) -> str | None:
     )
 
 
+class SchedulerStats(BaseModel):
+    """The scheduler's counters (``coterie status``, ``GET /v1/status``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Heartbeat and cron entries in force, pending reminders, files that do not load.
+    entries: int
+    reminders: int
+    file_errors: int
+    #: Personas with a paused queue.
+    paused: int
+    #: When it looks next (UTC; None: nothing scheduled).
+    next_wake: datetime | None
+    #: Passes of its loop since it started.
+    ticks: int
+    #: Fires posted to personas, and fires failed for want of their connector.
+    dispatched: int
+    undelivered: int
+    #: What happened to fires since it started, by outcome (fired, skipped, missed…).
+    outcomes: dict[str, int] = Field(default_factory=dict)
+
+
 class FireDispatcher:
     """Dispatches fires to personas and records what happened to them.
 
@@ -189,6 +213,8 @@ class FireDispatcher:
         #: Fires posted, and fires failed because their connector was not running.
         self.dispatched = 0
         self.undelivered = 0
+        #: The outcomes recorded, by outcome.
+        self.outcomes: Counter[str] = Counter()
 
     def bind(self, scheduler: SchedulerService) -> None:
         self.scheduler = scheduler
@@ -212,6 +238,7 @@ class FireDispatcher:
     async def _fail(self, fire: Fire, reason: str) -> None:
         log.warning("%s: %s (%s): %s", fire.persona, fire.label, fire.fire_id, reason)
         self.undelivered += 1
+        self.outcomes["deliver_unavailable"] += 1
         self._failed[fire.fire_id] = None
         while len(self._failed) > FAILED_KEPT:
             self._failed.popitem(last=False)
@@ -236,6 +263,7 @@ class FireDispatcher:
         if report.outcome in ("fired", "late") and report.fire_id in self._failed:
             del self._failed[report.fire_id]
             return
+        self.outcomes[report.outcome] += 1
         self.audit.record(schedule_event(report))
 
 
@@ -244,6 +272,7 @@ __all__ = [
     "SENDER",
     "Connectors",
     "FireDispatcher",
+    "SchedulerStats",
     "fire_envelope",
     "fire_text",
     "schedule_event",

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from coterie.runtime.audit.query import QueryResult
 from coterie.runtime.memory.records import RecallHit
 from coterie.runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope, StreamItem
+
+if TYPE_CHECKING:  # the scheduler's package loads croniter: only for the type
+    from coterie.runtime.schedule.records import ScheduleListing
 
 
 class PersonaInfo(BaseModel):
@@ -83,7 +86,14 @@ class FrontDoor(Protocol):
         ...
 
     async def status_async(self) -> dict[str, Any]:
-        """What runs: personas, connectors, the audit log, memory, the cluster."""
+        """What runs: personas, connectors, the audit log, memory, the
+        scheduler, the cluster."""
+        ...
+
+    async def schedules_async(self, persona: str | None = None) -> ScheduleListing:
+        """Every heartbeat, cron entry and pending reminder (of one persona,
+        which must exist): next fires in their zones, last outcomes and
+        reasons, paused queues, schedule files that do not load."""
         ...
 
 

@@ -16,6 +16,9 @@ request comes from loopback and ``serve.loopback_without_token`` is on):
   memory hits (``limit`` 1-50, default 8)
 - ``POST /v1/audit/query`` — ``{"sql"}``, read-only; ``GET /v1/audit/summary``
 - ``GET /v1/connectors``, ``GET /v1/connectors/{id}/messages?destination=&wait=``
+- ``GET /v1/schedules?persona=`` — heartbeats, cron entries and pending
+  reminders (of one persona): next fires in their zones, last outcomes,
+  paused queues, schedule files that do not load
 - ``POST /v1/chat/completions``, ``GET /v1/models`` (OpenAI-compatible:
   :mod:`runtime.serve.openai_compat`)
 - ``GET /`` — the chat page (static, holds no data; it asks for the token)
@@ -55,6 +58,7 @@ from coterie.runtime.serve.http import (
     close_stream,
     error_for,
     known_persona,
+    known_persona_name,
     open_sse,
     read_body,
     sse_event,
@@ -327,6 +331,15 @@ async def connector_messages(request: web.Request) -> web.Response:
     return web.json_response({"messages": [m.model_dump(mode="json") for m in messages]})
 
 
+async def schedules(request: web.Request) -> web.Response:
+    """The scheduler's listing (``?persona=``: one persona's)."""
+    name = request.query.get("persona") or None
+    if name is not None:
+        name = known_persona_name(request, name, field="persona")
+    listing = await backend_of(request).schedules_async(name)
+    return web.json_response(listing.model_dump(mode="json"))
+
+
 async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC / "index.html")
 
@@ -353,6 +366,7 @@ def build_app(
     app.router.add_get("/v1/audit/summary", audit_summary)
     app.router.add_get("/v1/connectors", list_connectors)
     app.router.add_get("/v1/connectors/{connector}/messages", connector_messages)
+    app.router.add_get("/v1/schedules", schedules)
     openai_compat.add_routes(app)
     app.router.add_get("/", index)
     app.router.add_static("/static/", STATIC)

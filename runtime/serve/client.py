@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Generator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from coterie.runtime.audit.query import QueryResult
@@ -35,6 +35,9 @@ from coterie.runtime.messages import (
     stream_item_adapter,
 )
 from coterie.runtime.serve.discovery import ServerState, served_state
+
+if TYPE_CHECKING:
+    from coterie.runtime.schedule.records import ScheduleListing
 
 #: Seconds the health check of a found server may take.
 HEALTH_TIMEOUT = 2.0
@@ -118,6 +121,11 @@ class ServerClient:
                     event = line[6:].strip()
                 elif line.startswith("data:"):
                     data += line[5:].strip()
+
+
+def schedules_path(persona: str | None = None) -> str:
+    """``GET /v1/schedules`` (of one persona)."""
+    return "/v1/schedules" + (f"?{urlencode({'persona': persona})}" if persona else "")
 
 
 def _persona_path(persona: str, tail: str) -> str:
@@ -249,5 +257,12 @@ class ServedDoor:
         status: dict[str, Any] = await self._call(self.client.get, "/v1/status")
         return status
 
+    async def schedules_async(self, persona: str | None = None) -> ScheduleListing:
+        # Here, not at the top: the scheduler's package loads croniter.
+        from coterie.runtime.schedule.records import ScheduleListing
 
-__all__ = ["ServedDoor", "ServerClient", "ServerError", "find_server"]
+        data = await self._call(self.client.get, schedules_path(persona))
+        return ScheduleListing.model_validate(data)
+
+
+__all__ = ["ServedDoor", "ServerClient", "ServerError", "find_server", "schedules_path"]
