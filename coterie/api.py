@@ -390,8 +390,13 @@ class Runtime:
         return self._run(self._audit_async(method, *args))
 
     async def flush_async(self) -> None:
-        """Push every buffered audit event into DuckDB."""
+        """Push every buffered audit event into DuckDB (the personas' and the
+        scheduler's)."""
         await self.directory.call_router("flush_all")
+        try:
+            await remote(read(lambda: self.scheduler.flush.remote()))
+        except CoterieError as exc:  # restarting: its spool keeps the events for later
+            log.warning("the scheduler's audit events could not be flushed now: %s", exc)
         await self._audit_async("flush")
 
     def flush(self) -> None:
