@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from playwright import sync_api
 
 from coterie.runtime.serve.discovery import ServerState
@@ -77,6 +78,12 @@ def write_personas(home: Path) -> None:
     ]
     write_persona(home, "asker", {"description": "asks back", "model": model(asker)})
     write_persona(home, "ghost", {"description": "about to vanish", "model": model([])})
+    # Schedules for the schedules panel: one in force, one file that does not load.
+    standup = {"name": "standup", "cron": "0 9 * * 1-5", "tz": "Europe/Paris", "prompt": "hi"}
+    clockwork = write_persona(home, "clockwork", {"description": "keeps time", "model": model([])})
+    (clockwork / "schedules.yaml").write_text(yaml.safe_dump({"cron": [standup]}))
+    mangled = write_persona(home, "mangled", {"description": "a bad schedule", "model": model([])})
+    (mangled / "schedules.yaml").write_text("cron:\n  - name: nightly\n    cron: '61 * * * *'\n")
 
 
 @pytest.fixture(scope="module")
@@ -338,3 +345,27 @@ def test_an_http_error_shows(page: Any, server: ServerState, home: Path) -> None
         turn_done(page)
     finally:
         hidden.rename(config)
+
+
+def test_the_schedules_panel(page: Any, server: ServerState) -> None:
+    open_page(page, server)
+    page.locator("#tab-schedules").click()
+    expect(page.locator("#schedules")).to_be_visible()
+    expect(page.locator("#chat")).to_be_hidden()
+    row = page.locator("#schedules-table tr[data-persona=clockwork][data-entry=standup]")
+    expect(row).to_be_visible()
+    expect(row.locator("td").nth(2)).to_have_text("cron")
+    # The next fire is a weekday 09:00 on Paris's wall clock, named with its zone.
+    expect(row.locator("td[data-col=next]")).to_have_text(
+        re.compile(r"^\d{4}-\d\d-\d\d 09:00 Europe/Paris$")
+    )
+    expect(page.locator("#schedules-zone")).to_contain_text("the runtime's zone is UTC")
+    error = page.locator("#schedules-errors li[data-persona=mangled]")
+    expect(error).to_contain_text("schedules.yaml")
+    expect(error).to_contain_text("nightly")
+    expect(error).to_contain_text("cron")
+    page.locator("#schedules-refresh").click()
+    expect(page.locator("#schedules-status")).to_contain_text("updated")
+    page.locator("#tab-chat").click()
+    expect(page.locator("#chat")).to_be_visible()
+    expect(page.locator("#schedules")).to_be_hidden()

@@ -642,13 +642,76 @@ async function loadAudit() {
   }
 }
 
+// -- the schedules panel ------------------------------------------------------------
+
+/** "2025-01-06T09:30:00+01:00" as the wall clock it names: "2025-01-06 09:30". */
+function wallClock(iso) {
+  if (!iso) return "";
+  return String(iso).slice(0, 16).replace("T", " ");
+}
+
+function lastOutcome(row) {
+  if (!row.last_outcome) return "";
+  let text = row.last_outcome;
+  if (row.last_at) text += ` ${wallClock(row.last_at)}`;
+  if (row.last_reason) text += `: ${row.last_reason}`;
+  return text;
+}
+
+async function loadSchedules() {
+  const status = $("#schedules-status");
+  status.className = "";
+  status.textContent = "loading…";
+  try {
+    const data = await api("v1/schedules");
+    const broken = new Set(data.errors.map((e) => e.persona));
+    $("#schedules-zone").textContent =
+      `Times are in each entry's zone; the runtime's zone is ${data.timezone}.`;
+    $("#schedules-table tbody").replaceChildren(
+      ...data.entries.map((row) => {
+        const failed = row.last_outcome === "failed" || row.last_outcome === "missed";
+        const error = row.error || (broken.has(row.persona) ? "schedules.yaml: see below" : "");
+        return el(
+          "tr",
+          { dataset: { persona: row.persona, entry: row.name, kind: row.kind } },
+          el("td", {}, row.persona),
+          el("td", { class: "mono" }, row.name),
+          el("td", {}, row.kind),
+          el("td", {}, row.schedule),
+          el("td", { dataset: { col: "next" } }, `${wallClock(row.next_fire)} ${row.tz}`.trim()),
+          el("td", { dataset: { col: "last" }, class: failed ? "bad" : "" }, lastOutcome(row)),
+          el("td", { dataset: { col: "paused" } }, row.paused ? "paused" : ""),
+          el("td", { dataset: { col: "error" }, class: error ? "bad" : "" }, error),
+        );
+      }),
+    );
+    $("#schedules-errors").replaceChildren(
+      ...data.errors.map((e) =>
+        el(
+          "li",
+          { class: "error", dataset: { persona: e.persona } },
+          `${e.path}: ${e.entry}: ${e.field}: ${e.message} (the previous schedule stays in force)`,
+        ),
+      ),
+    );
+    status.textContent = data.entries.length
+      ? `updated ${new Date().toLocaleTimeString()}`
+      : "no heartbeats, cron entries or reminders";
+  } catch (err) {
+    status.className = "error";
+    status.textContent = err.message;
+  }
+}
+
+const PANELS = { chat: null, audit: loadAudit, schedules: loadSchedules };
+
 function showTab(name) {
-  const audit = name === "audit";
-  $("#chat").hidden = audit;
-  $("#audit").hidden = !audit;
-  $("#tab-chat").setAttribute("aria-selected", String(!audit));
-  $("#tab-audit").setAttribute("aria-selected", String(audit));
-  if (audit) loadAudit();
+  for (const [panel, load] of Object.entries(PANELS)) {
+    const shown = panel === name;
+    $(`#${panel}`).hidden = !shown;
+    $(`#tab-${panel}`).setAttribute("aria-selected", String(shown));
+    if (shown && load) load();
+  }
 }
 
 // -- start ----------------------------------------------------------------------------
@@ -678,7 +741,9 @@ function wire() {
   });
   $("#tab-chat").addEventListener("click", () => showTab("chat"));
   $("#tab-audit").addEventListener("click", () => showTab("audit"));
+  $("#tab-schedules").addEventListener("click", () => showTab("schedules"));
   $("#audit-refresh").addEventListener("click", loadAudit);
+  $("#schedules-refresh").addEventListener("click", loadSchedules);
   // A #token=… pasted into the open tab changes only the fragment: no reload.
   window.addEventListener("hashchange", () => {
     const given = new URLSearchParams(location.hash.slice(1)).get("token");
