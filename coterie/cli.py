@@ -265,13 +265,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from coterie.demo import BUNDLED_PERSONAS, run_demo
+    from coterie.api import Runtime  # imports Ray
+    from coterie.demo import BUNDLED_PERSONAS, demo_settings, run_demo
 
     home = resolve_home(args.home)
     installed = install_personas(home, BUNDLED_PERSONAS)
     if installed:
         console.print(f"Installed demo personas into {home / 'personas'}: {', '.join(installed)}")
-    rt = _start(args)
+    with console.status("Starting Ray and the runtime actors…"):
+        rt = Runtime.start(home=args.home, address=args.address, settings=demo_settings(home))
     try:
         run_demo(rt, console)
     finally:

@@ -7,8 +7,15 @@ arguments and recovers from the error result, one closes its turn with
 ``ask_persona`` and combines their answers. Act 3: the coordinator spawns
 two subagents in one message (``spawn_subagent``, each on its own actor with
 only the clock); its turn ends at once, and both reports come back in one
-grouped wake, which it answers. Then the transcripts and an audit summary
-are printed.
+grouped wake, which it answers. Act 4: time of its own — the concierge adds
+itself a heartbeat every 2 seconds (``remind``), which is skipped before any
+model call while its ``HEARTBEAT.md`` holds nothing to do, and sets a
+reminder that fires 3 seconds later (its turn is in the audit log; asked
+from a chat or the web page it would be delivered there); then it removes
+the heartbeat. The demo's runtime takes the home's settings with
+``schedule.min_interval`` and ``schedule.reload_interval`` at 1 s (the
+home's ``runtime.yaml`` is left as it is). Then the transcripts and an audit
+summary are printed.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coterie.api import Runtime
+from coterie.runtime.config import RuntimeSettings, load_settings
 from coterie.runtime.errors import CoterieError
 from coterie.runtime.messages import (
     AssistantMessage,
@@ -49,6 +57,26 @@ SCENARIO = [
 ]
 #: Every persona the demo talks to: the three of act 1, and the coordinator.
 DEMO_PERSONAS = (*(persona for persona, _ in SCENARIO), "coordinator")
+#: Act 4: what the concierge is asked, in order.
+HEARTBEAT_ON = "Please add a heartbeat every 2 seconds."
+REMIND = "Please remind me to stretch in a few seconds."
+HEARTBEAT_OFF = "Please stop the heartbeat."
+#: Seconds act 4 waits for its heartbeats and its reminder.
+SCHEDULE_WAIT = 60.0
+
+
+def demo_settings(home: Path) -> RuntimeSettings:
+    """The home's runtime settings with the scheduler's shortest interval and
+    its look at the files at 1 s (act 4's heartbeat is every 2 s); the
+    home's ``runtime.yaml`` is not changed."""
+    settings = load_settings(home)
+    schedule = settings.schedule.model_copy(
+        update={
+            "min_interval": min(settings.schedule.min_interval, 1.0),
+            "reload_interval": min(settings.schedule.reload_interval, 1.0),
+        }
+    )
+    return settings.model_copy(update={"schedule": schedule})
 
 
 def _args(arguments: dict[str, object] | str) -> str:
@@ -92,6 +120,74 @@ def _panel(rt: Runtime, persona: str, conversation_id: str, since: float, title:
     history = rt.history(persona, conversation_id)
     recent = [m for m in history if m.ts >= since]
     return Panel(render_transcript(persona, recent), title=title, expand=False)
+
+
+def _schedule_events(rt: Runtime, since: float) -> list[tuple[str, ...]]:
+    """The concierge's ``schedule`` events since ``since``: (time, entry kind,
+    name, outcome, reason, conversation)."""
+    result = rt.query(
+        "select strftime(ts, '%H:%M:%S'), payload->>'entry_kind', payload->>'name', status, "
+        "coalesce(payload->>'reason', ''), conversation_id from events "
+        "where kind = 'schedule' and persona = 'concierge' "
+        f"and ts >= to_timestamp({since:.6f})::timestamp order by ts, seq"
+    )
+    return [tuple(str(v) for v in row) for row in result.rows]
+
+
+def _act4(rt: Runtime, console: Console, run_id: str) -> list[ReplyEnvelope]:
+    """A heartbeat skipped before any model call, and a reminder that fires."""
+    console.rule("Act 4 · time of its own: a heartbeat skipped for free, a reminder that fires")
+    since = time.time()
+    conversation = f"demo:{run_id}:schedule"
+    replies = []
+    for text in (HEARTBEAT_ON, REMIND):
+        reply = rt.ask("concierge", text, conversation_id=conversation)
+        replies.append(reply)
+        console.print(f"you → concierge: {text}", style="bold cyan", markup=False)
+        console.print(f"concierge: {reply.text}", markup=False, highlight=False)
+
+    def seen() -> tuple[int, bool]:
+        events = _schedule_events(rt, since)
+        skips = sum(e[1] == "heartbeat" and e[3] == "skipped" for e in events)
+        done = any(e[1] == "reminder" and e[3] == "done" for e in events)
+        return skips, done
+
+    deadline = time.monotonic() + SCHEDULE_WAIT
+    with console.status("Waiting for two heartbeats and the reminder…"):
+        while seen() < (2, True) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        skips, done = seen()
+    off = rt.ask("concierge", HEARTBEAT_OFF, conversation_id=conversation)
+    replies.append(off)
+    console.print(f"you → concierge: {HEARTBEAT_OFF}", style="bold cyan", markup=False)
+    console.print(f"concierge: {off.text}", markup=False, highlight=False)
+    if skips < 2 or not done:
+        raise CoterieError(
+            f"act 4: within {SCHEDULE_WAIT:g} s, {skips} heartbeat(s) skipped and the "
+            f"reminder {'ran' if done else 'did not run'}"
+        )
+    events = _schedule_events(rt, since)
+    table = Table(title="the scheduler's audit events (kind = 'schedule')")
+    for column in ("time", "entry", "name", "outcome", "reason"):
+        table.add_column(column)
+    for at, kind, name, outcome, reason, _ in events:
+        table.add_row(at, kind, name, outcome, reason)
+    console.print(table)
+    calls = rt.query(
+        "select count(*) from events where kind = 'model_call' and persona = 'concierge' "
+        f"and conversation_id like 'concierge:heartbeat%' and ts >= to_timestamp({since:.6f})"
+        "::timestamp"
+    ).rows[0][0]
+    console.print(
+        f"model calls for the concierge's {skips} heartbeats: {calls} (HEARTBEAT.md holds "
+        "nothing to do: each was skipped before any model call, and no turn started)",
+        markup=False,
+        highlight=False,
+    )
+    fired = next(e[5] for e in events if e[1] == "reminder" and e[3] == "accepted")
+    console.print(_panel(rt, "concierge", fired, since, f"concierge · {fired} · the reminder"))
+    console.print("Every entry, its next fire and last outcome: `coterie schedules`.")
+    return replies
 
 
 def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
@@ -159,6 +255,8 @@ def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
     ):
         raise CoterieError("act 3: the two subagents did not report back")
 
+    replies.extend(_act4(rt, console, run_id))
+
     summary = rt.query(
         "select persona, "
         "count(*) filter (where kind = 'model_call') as model_calls, "
@@ -186,4 +284,11 @@ def run_demo(rt: Runtime, console: Console) -> list[ReplyEnvelope]:
     return replies
 
 
-__all__ = ["BUNDLED_PERSONAS", "DEMO_PERSONAS", "SCENARIO", "render_transcript", "run_demo"]
+__all__ = [
+    "BUNDLED_PERSONAS",
+    "DEMO_PERSONAS",
+    "SCENARIO",
+    "demo_settings",
+    "render_transcript",
+    "run_demo",
+]

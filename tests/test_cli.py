@@ -41,6 +41,12 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "invalid_arguments" in out
     assert "status ok" in out
     assert "audit summary" in out
+    # Act 4: heartbeats skipped before any model call, a reminder that fired.
+    flat = " ".join(out.split())
+    assert "empty checklist (HEARTBEAT.md has nothing to do)" in flat
+    assert "model calls for the concierge's" in flat and "heartbeats: 0" in flat
+    assert "Time to stand up and stretch!" in flat
+    assert "Removed 'heartbeat'" in flat
     return home
 
 

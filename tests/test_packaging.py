@@ -111,6 +111,8 @@ def test_demo_runs_from_a_non_editable_install(installed: Path, tmp_path: Path) 
     # The wheel ships the planner's skill (configs' package data takes **/*.md).
     skill = tmp_path / "home" / "personas" / "planner" / "skills" / "launch-checklist"
     assert (skill / "SKILL.md").is_file() and (skill / "venue.md").is_file()
+    # And the concierge's heartbeat checklist (act 4 of the demo).
+    assert (tmp_path / "home" / "personas" / "concierge" / "HEARTBEAT.md").is_file()
 
 
 #: The local embedder's stack (~1.2 GB): only ``coterie[local]`` brings it.
