@@ -100,6 +100,7 @@ async def test_a_fire_the_scheduler_cannot_confirm_is_dropped_and_stays_claimed(
 
     real = rt.services.scheduler
     rt.services.scheduler = Away()  # type: ignore[assignment]
+    rt.turns.scheduled.accept_wait = 0.3  # asked again meanwhile, then given up
     await rig.tick()
     [fire] = await rig.tick(60)
     assert model.requests == []
@@ -111,6 +112,46 @@ async def test_a_fire_the_scheduler_cannot_confirm_is_dropped_and_stays_claimed(
     await rig.s.recover()
     await rig.settle()
     assert len(model.requests) == 1 and rig.s.store.state(fire.fire_id) == "done"
+
+
+async def test_an_accept_whose_answer_was_lost_still_runs_the_fire_once(rig: Rig) -> None:
+    """The scheduler records the accept and dies before answering: asked
+    again, it says "already accepted" — this persona's own call — so the
+    fire runs, once; a redispatch arriving meanwhile is dropped here."""
+    model = ScriptedModel([end_ok()])
+    rt = rig.persona(model=model)
+    real = rt.services.scheduler
+    assert real is not None
+    calls: list[str] = []
+
+    class Dying:
+        async def accept(self, fire_id: str) -> bool:
+            calls.append(fire_id)
+            if len(calls) == 1:
+                assert await real.accept(fire_id)  # recorded...
+                # ...and while its answer is lost, the fire is sent again.
+                await rig.hub.post(fire_envelope(fired[0]))
+                raise ActorLostError("the scheduler died before answering")
+            return await real.accept(fire_id)
+
+        async def finish(self, *args: object, **kwargs: object) -> None:
+            await real.finish(*args, **kwargs)  # type: ignore[arg-type]
+
+    fired: list = []
+    original = rig.s._dispatch
+
+    async def keep(fire):  # type: ignore[no-untyped-def]
+        fired.append(fire)
+        await original(fire)
+
+    rig.s._dispatch = keep  # type: ignore[method-assign]
+    rt.services.scheduler = Dying()  # type: ignore[assignment]
+    await rig.tick()
+    [fire] = await rig.tick(60)
+    assert len(model.requests) == 1 and calls == [fire.fire_id, fire.fire_id]
+    assert rig.s.store.state(fire.fire_id) == "done"
+    [dropped] = rig.audit.schedule("dropped")
+    assert "accepting now" in (dropped.reason or "")
 
 
 async def test_a_skipped_heartbeat_leaves_the_history_in_memory_and_on_rebuild(

@@ -8,8 +8,9 @@ fire it is. :class:`ScheduledTurns` does what the persona owes the scheduler:
   this persona accept the fire (``SchedulerService.accept``, a compare-and-set
   that succeeds once). A second delivery — the scheduler restarted after
   dispatching, and sent again what it could not know was taken — is dropped
-  and logged; so is a fire the scheduler could not be asked about (it stays
-  claimed in the ledger and is dispatched again);
+  and logged. A scheduler that does not answer (it is restarting) is asked
+  again for up to ``accept_wait`` seconds; then the fire is dropped and
+  stays claimed in the ledger, to be dispatched again;
 - **the turn's model**: a heartbeat's cheaper ``model`` is built once per
   configuration (a few kept) and used for that turn only;
 - **the end**: ``SchedulerService.finish`` with the turn's status; a
@@ -18,6 +19,12 @@ fire it is. :class:`ScheduledTurns` does what the persona owes the scheduler:
   history — here, and by a ``turn_dropped`` event when the conversation is
   rebuilt from the audit log, which keeps every event of it.
 
+An accept whose answer was lost (the scheduler died after recording it)
+must not lose the fire: asked again, the ledger says "already accepted",
+and since the persona holds every fire it is accepting (a second delivery
+of one in this process meanwhile is dropped here, without asking), nobody
+but this very call can have accepted it — so it runs.
+
 Each of these is a ``schedule`` audit event (accepted, dropped, done or
 failed) on the fire's conversation, joined to the scheduler's own (fired,
 skipped, missed…) by the fire id.
@@ -25,8 +32,10 @@ skipped, missed…) by the fire id.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -52,6 +61,8 @@ log = logging.getLogger("coterie.persona")
 
 #: Heartbeat models kept built (one per distinct configuration; the oldest goes).
 MODEL_CACHE = 4
+#: Seconds an accept is tried again while the scheduler does not answer.
+ACCEPT_WAIT = 30.0
 #: Why a turn is left out of its conversation's history.
 DROP_REASON = "a {kind} turn that found nothing to do (end_task skipped)"
 
@@ -92,11 +103,21 @@ def found_nothing(schedule: ScheduleTurn | None, result: TurnResult) -> bool:
 class ScheduledTurns:
     """What one persona does with the scheduler's fires (see the module docstring)."""
 
-    def __init__(self, persona: str, services: Services, *, model_cache: int = MODEL_CACHE) -> None:
+    def __init__(
+        self,
+        persona: str,
+        services: Services,
+        *,
+        model_cache: int = MODEL_CACHE,
+        accept_wait: float = ACCEPT_WAIT,
+    ) -> None:
         self.persona = persona
         self.services = services
+        self.accept_wait = accept_wait
         self._model_cache = model_cache
         self._models: OrderedDict[str, Model] = OrderedDict()
+        # Fires being accepted now (bounded by the deliveries in flight).
+        self._accepting: set[str] = set()
         #: Fires accepted, and second deliveries (or unconfirmed ones) dropped.
         self.accepted = 0
         self.dropped = 0
@@ -133,8 +154,15 @@ class ScheduledTurns:
         if schedule is None or scheduler is None:
             return True  # no ledger to ask: nothing to deduplicate against
         conversation = envelope.conversation_id
+        if schedule.fire_id in self._accepting:
+            reason = "a second delivery of a fire this persona is accepting now"
+            log.info("%s: fire %s dropped: %s", self.persona, schedule.fire_id, reason)
+            self.dropped += 1
+            self._event(schedule, "dropped", conversation_id=conversation, reason=reason)
+            return False
+        self._accepting.add(schedule.fire_id)
         try:
-            accepted = await scheduler.accept(schedule.fire_id)
+            accepted = await self._accept(schedule.fire_id)
         except CoterieError as exc:
             # It stays claimed in the ledger: the scheduler sends it again.
             reason = f"the scheduler could not be asked ({exc}); it will send the fire again"
@@ -142,6 +170,8 @@ class ScheduledTurns:
             self.dropped += 1
             self._event(schedule, "dropped", conversation_id=conversation, reason=reason)
             return False
+        finally:
+            self._accepting.discard(schedule.fire_id)
         if not accepted:
             reason = "already accepted (or ended): a second delivery of the same fire"
             log.info("%s: fire %s dropped: %s", self.persona, schedule.fire_id, reason)
@@ -152,6 +182,32 @@ class ScheduledTurns:
         late = "dispatched late" if schedule.late else None
         self._event(schedule, "accepted", conversation_id=conversation, reason=late)
         return True
+
+    async def _accept(self, fire_id: str) -> bool:
+        """The scheduler's accept, asked again while it does not answer. After
+        a call that failed, "already accepted" means that call got through
+        (see the module docstring): True. Raises when it stays away."""
+        scheduler = self.services.scheduler
+        assert scheduler is not None
+        deadline = time.monotonic() + self.accept_wait
+        delay, failed = 0.1, False
+        while True:
+            try:
+                accepted = await scheduler.accept(fire_id)
+            except CoterieError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                failed = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if failed and not accepted:
+                log.warning(
+                    "%s: fire %s: its accept was recorded but the answer lost; it runs",
+                    self.persona,
+                    fire_id,
+                )
+            return accepted or failed
 
     def model(self, schedule: ScheduleTurn | None) -> Model | None:
         """The model of a fire's turn: its own (built once per
@@ -241,6 +297,7 @@ class ScheduledTurns:
 
 
 __all__ = [
+    "ACCEPT_WAIT",
     "DROP_REASON",
     "MODEL_CACHE",
     "ScheduledTurns",
