@@ -140,6 +140,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
             style="red",
             markup=False,
             highlight=False,
+            soft_wrap=True,  # a path is never broken across lines
         )
     return 0
 

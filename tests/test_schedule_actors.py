@@ -42,7 +42,7 @@ from coterie.api import Runtime
 from coterie.cli import main
 from coterie.runtime.audit import QueryResult
 from coterie.runtime.schedule import Reminder, RemindRequest, ScheduleStore
-from coterie.runtime.serve.client import ServerClient, ServerError
+from coterie.runtime.serve.client import ServedDoor, ServerClient, ServerError
 from coterie.runtime.serve.discovery import ServerState
 from tests.fakes import FakeOpenAIServer
 from tests.helpers import write_persona
@@ -334,6 +334,11 @@ def test_coterie_schedules_and_the_route_list_it_all(
     with pytest.raises(ServerError) as unknown:
         client.get("/v1/schedules?persona=nobody")
     assert unknown.value.status == 404 and unknown.value.kind == "unknown_persona"
+    # The same through the front door other processes use (coterie mcp-serve).
+    served = asyncio.run(ServedDoor(client).schedules_async("quiet"))
+    assert [(e.persona, e.kind, e.schedule) for e in served.entries] == [
+        ("quiet", "heartbeat", "every 1s")
+    ]
     assert main(["--home", str(home), "schedules", "quiet"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "quiet" in out and "every 1s" in out and "empty checklist" in out
