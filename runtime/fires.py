@@ -223,7 +223,8 @@ class FireDispatcher:
         """Post ``fire``'s envelope to its persona, or fail it when its
         delivery connector is not running. Raises when the post failed (the
         fire stays claimed and the scheduler sends it again)."""
-        if self.connectors is not None and fire.reply_origin is not None:
+        target = fire.reply_origin
+        if self.connectors is not None and target is not None and target.connector != API_ORIGIN:
             try:
                 running = await self.connectors()
             except CoterieError as exc:
