@@ -190,6 +190,13 @@ class TurnContext:
         return self.conversation.id
 
     @property
+    def billed_to(self) -> str:
+        """The persona whose budget this turn's model calls count against:
+        the first persona of the ``ask_persona`` chain it answers, else its
+        own (a subagent's context is its parent's name)."""
+        return self.ask_path[0] if self.ask_path else self.persona
+
+    @property
     def audit(self) -> AuditSink:
         """Where this turn's events go."""
         return self.sink or self.services.audit

@@ -23,7 +23,10 @@ module is named.
     ├── ModelError                  a model provider failed
     │   ├── MissingAPIKeyError      names the environment variable to set
     │   ├── ModelHTTPError          the provider answered with an error status
-    │   └── ModelTimeoutError       no answer within the configured timeout
+    │   │   └── ContextLengthError  the request was longer than the model's window
+    │   ├── ModelTimeoutError       no answer within the configured timeout
+    │   ├── ContextOverflowError    a request cannot be made to fit its window (not sent)
+    │   └── BudgetExceededError     a budget refused the call (not sent)
     ├── DeliveryError               a message could not be delivered or answered
     │   ├── TurnFailedError         the target's turn crashed
     │   ├── QueueFullError          the target's queue of persona messages is full
@@ -130,6 +133,10 @@ ErrorKind = Literal[
     # audit rows only: a failed model call, a turn that failed or errored
     "model_error",
     "turn_error",
+    # audit rows only: a model call refused before it was sent (a budget, or
+    # a conversation that cannot be fitted into the model's window)
+    "budget_exceeded",
+    "context_overflow",
     # audit rows only (``schedule`` events): fires that did not run as scheduled
     "schedule_missed",
     "schedule_failed",
@@ -234,6 +241,41 @@ class ModelHTTPError(ModelError):
 
 class ModelTimeoutError(ModelError):
     """The provider did not answer within the configured timeout."""
+
+
+class ContextLengthError(ModelHTTPError):
+    """The provider refused the request as longer than the model's context
+    window (OpenAI's ``context_length_exceeded``, Anthropic's "prompt is too
+    long"). The loop compacts the conversation once and retries."""
+
+
+class ContextOverflowError(ModelError):
+    """A request cannot be made to fit its model's window, even after
+    compaction: it was not sent. The message says how large it is, the
+    window, and what could not be cut."""
+
+
+class BudgetExceededError(ModelError):
+    """A budget refused a model call before it was sent: what was spent plus
+    what running calls may still cost would pass a limit. The message names
+    the budget (the persona's, the runtime's, an eval run's), its limit and
+    what is spent."""
+
+    def __init__(self, scope: str, period: str, limit: float, spent: float) -> None:
+        self.scope = scope
+        self.period = period
+        self.limit = limit
+        self.spent = spent
+        until = {"daily": "until the next day", "monthly": "until the next month"}.get(
+            period, "for the rest of the run"
+        )
+        super().__init__(
+            f"budget_exceeded: {scope} has spent ${spent:.4f} of its {period} budget of "
+            f"${limit:.2f} (with the calls still running); model calls are refused {until}"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, float, float]]:
+        return (type(self), (self.scope, self.period, self.limit, self.spent))
 
 
 class DeliveryError(CoterieError):
@@ -352,8 +394,11 @@ __all__ = [
     "AuditOverloadedError",
     "AuditQueryError",
     "AuditSpoolInUseError",
+    "BudgetExceededError",
     "ConfigError",
     "ConnectorError",
+    "ContextLengthError",
+    "ContextOverflowError",
     "CoterieError",
     "DeliveryError",
     "ErrorKind",

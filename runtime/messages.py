@@ -189,8 +189,19 @@ class ModelRequest(_Model):
 
 
 class Usage(_Model):
+    """What a model call consumed, as the provider reported it.
+
+    ``input_tokens`` counts every token of the request, cached or not (for
+    Anthropic the sum of its ``input_tokens``, ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens``; for OpenAI ``prompt_tokens``);
+    ``cache_read_tokens`` and ``cache_write_tokens`` are the parts of it read
+    from and written to the provider's prompt cache.
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class ModelResponse(_Model):
@@ -365,7 +376,23 @@ class HistoryAppended(_Event):
     message: ChatMessage
 
 
+#: Who made a model call: a turn of one of these kinds, or a coding agent
+#: (its usage as the agent reported it over ACP).
+UsageContext = Literal["user", "heartbeat", "cron", "subagent", "eval", "coding_agent"]
+
+#: Why a model call was made.
+CallPurpose = Literal["turn", "compaction", "memory_flush"]
+
+
 class ModelCalled(_Event):
+    """One call to a model: who made it, what it consumed and cost.
+
+    ``cost_usd`` is None when the model has no price (``priced`` False): an
+    unknown cost is never counted as 0. ``context`` is the kind of turn that
+    made the call; ``billed_to`` the persona whose budget it counts against
+    (the persona that started the work: a subagent's parent, the first
+    persona of an ``ask_persona`` chain)."""
+
     kind: Literal["model_call"] = "model_call"
     provider: str
     model: str
@@ -373,9 +400,22 @@ class ModelCalled(_Event):
     latency_ms: float
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    priced: bool = False
+    context: UsageContext = "user"
+    #: Why the call was made: a step of the turn, or summarizing its
+    #: conversation (``compaction``), or the memory step before it.
+    purpose: CallPurpose = "turn"
+    billed_to: str | None = None
+    #: The loop's estimate of the request's input tokens before it was sent.
+    estimated_tokens: int | None = None
     tool_calls: int = 0
     # Chat messages the request carried (the conversation the model saw).
     messages: int = 0
+    # Tool definitions the request carried.
+    tools: int = 0
     stop_reason: str | None = None
     error: str | None = None
 
@@ -598,6 +638,7 @@ stream_item_adapter: TypeAdapter[StreamItem] = TypeAdapter(StreamItem)
 __all__ = [
     "API_ORIGIN",
     "AssistantMessage",
+    "CallPurpose",
     "ChatMessage",
     "ConversationRecord",
     "DelegationEvent",
@@ -639,6 +680,7 @@ __all__ = [
     "TurnStarted",
     "TurnStatus",
     "Usage",
+    "UsageContext",
     "UserMessage",
     "chat_history_adapter",
     "chat_message_adapter",

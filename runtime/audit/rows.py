@@ -50,6 +50,13 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "error_kind",
     "status",
     "payload",
+    # Added after the first release: new files have them in this order, older
+    # ones get them appended on open (see runtime.audit.writer).
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cost_usd",
+    "context",
+    "billed_to",
 )
 
 #: The kinds of event a conversation is rebuilt from (``AuditWriter.conversation``):
@@ -93,6 +100,11 @@ def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
         row["input_tokens"] = event.input_tokens
         row["output_tokens"] = event.output_tokens
         row["latency_ms"] = event.latency_ms
+        row["cache_read_tokens"] = event.cache_read_tokens
+        row["cache_write_tokens"] = event.cache_write_tokens
+        row["cost_usd"] = event.cost_usd
+        row["context"] = event.context
+        row["billed_to"] = event.billed_to or event.persona
         if event.error is not None:
             row["error_kind"] = "model_error"
     elif isinstance(event, ToolCalled):

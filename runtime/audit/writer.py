@@ -65,6 +65,11 @@ def event_schema() -> pa.Schema:
             ("error_kind", pa.string()),
             ("status", pa.string()),
             ("payload", pa.string()),
+            ("cache_read_tokens", pa.int32()),
+            ("cache_write_tokens", pa.int32()),
+            ("cost_usd", pa.float64()),
+            ("context", pa.string()),
+            ("billed_to", pa.string()),
         ]
     )
     if tuple(schema.names) != EVENT_COLUMNS:
@@ -106,8 +111,19 @@ CREATE TABLE IF NOT EXISTS events (
     duration_ms DOUBLE,
     error_kind VARCHAR,
     status VARCHAR,
-    payload VARCHAR NOT NULL
+    payload VARCHAR NOT NULL,
+    cache_read_tokens INTEGER,
+    cache_write_tokens INTEGER,
+    cost_usd DOUBLE,
+    context VARCHAR,
+    billed_to VARCHAR
 );
+-- Files written before these columns existed get them (NULL in old rows).
+ALTER TABLE events ADD COLUMN IF NOT EXISTS cache_read_tokens INTEGER;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS cache_write_tokens INTEGER;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS cost_usd DOUBLE;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS context VARCHAR;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS billed_to VARCHAR;
 -- Malformed rows that could not go into events, kept as JSON for inspection.
 CREATE TABLE IF NOT EXISTS rejected_rows (
     ts TIMESTAMP NOT NULL,

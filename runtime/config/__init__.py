@@ -14,7 +14,9 @@ field is honoured):
 - :mod:`~coterie.runtime.config.placement`: ``placement:`` of a persona and
   of the runtime's own actors;
 - :mod:`~coterie.runtime.config.settings`: ``runtime.yaml`` and its sections
-  (memory, web, serve, schedule, skills);
+  (memory, web, serve, schedule, skills, and the sections below);
+- :mod:`~coterie.runtime.config.usage`: ``compaction:``, ``budget:`` and
+  ``prices:`` (conversations near their window, and what model calls cost);
 - :mod:`~coterie.runtime.config.connectors`: its ``connectors:`` section (a
   leaf: the connectors import their settings from it, never the reverse);
 - :mod:`~coterie.runtime.config.json_files`: what ``acp.json`` and
@@ -66,15 +68,24 @@ from coterie.runtime.config.settings import (
     WebSettings,
     load_settings,
 )
+from coterie.runtime.config.usage import (
+    BudgetSettings,
+    CompactionSettings,
+    ModelPrice,
+    merged_compaction,
+)
 
 __all__ = [
     "PERSONA_NAME_RE",
     "AccessLevel",
     "AnthropicModelConfig",
+    "BudgetSettings",
     "CodingAgentSettings",
+    "CompactionSettings",
     "ConnectorSettings",
     "MemorySettings",
     "ModelConfig",
+    "ModelPrice",
     "NetworkSettings",
     "OpenAIModelConfig",
     "Persona",
@@ -100,6 +111,7 @@ __all__ = [
     "load_persona",
     "load_persona_dir",
     "load_settings",
+    "merged_compaction",
     "parse_persona_config",
     "persona_exists",
     "persona_names",

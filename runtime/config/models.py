@@ -42,6 +42,12 @@ class ScriptedRule(Strict):
 class _ModelBase(Strict):
     max_tokens: int = Field(default=4096, ge=1)
     timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+    context_window: int | None = Field(
+        default=None,
+        ge=1024,
+        description="tokens the model reads at most (default: known per model family, see "
+        "runtime.models.windows)",
+    )
 
 
 class _NetworkModelBase(_ModelBase):

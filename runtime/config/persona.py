@@ -18,16 +18,40 @@ from coterie.runtime.config._strict import Strict, describe_error
 from coterie.runtime.config.home import check_persona_name, persona_exists, persona_names
 from coterie.runtime.config.models import ModelConfig
 from coterie.runtime.config.placement import Placement
+from coterie.runtime.config.usage import BudgetSettings, CompactionSettings
 from coterie.runtime.errors import PersonaConfigError, UnknownPersonaError
 from coterie.runtime.skills.format import skill_name_problem
 from coterie.runtime.yaml_load import load_yaml
 
+#: Above this many tools, ``catalogue: auto`` offers the core set and ``find_tools``.
+CATALOGUE_AUTO_ABOVE = 20
+
 
 class ToolFilter(Strict):
-    """Allow and deny lists of tool names; ``*`` and ``?`` wildcards."""
+    """Allow and deny lists of tool names; ``*`` and ``?`` wildcards.
+
+    ``catalogue``: ``on`` offers the model the full definitions of the
+    ``core`` tools only, and ``find_tools`` to look up the others (found ones
+    are offered from the next model call of the turn); ``off`` offers every
+    allowed tool on every call; ``auto`` (the default) is ``on`` when more
+    than ``CATALOGUE_AUTO_ABOVE`` tools are allowed. ``core`` (name patterns)
+    replaces the default core set.
+    """
 
     allow: list[str] = Field(default_factory=lambda: ["*"])
     deny: list[str] = Field(default_factory=list)
+    catalogue: Literal["auto", "on", "off"] = "auto"
+    core: list[str] | None = None
+
+    @field_validator("catalogue", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        # YAML 1.1 reads bare on/off as booleans.
+        if value is True:
+            return "on"
+        if value is False:
+            return "off"
+        return value
 
 
 ThinkingMode = Literal["on", "off", "auto"]
@@ -104,6 +128,11 @@ class PersonaConfig(Strict):
     # its own skills/ and of <home>/skills; []: none). A name no folder holds
     # is reported when the persona's turns look for it (runtime.skills).
     skills: list[str] | None = None
+    # Summaries of older turns as the window fills (runtime.yaml's compaction:
+    # gives the defaults; the fields set here win).
+    compaction: CompactionSettings | None = None
+    # What this persona's model calls may cost (and the work it delegates).
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
 
     @field_validator("skills")
     @classmethod

@@ -3,8 +3,9 @@
 Every field is optional. Sections: ``memory`` (long-term recall), ``web``
 (``web_fetch`` and ``web_search``), ``serve`` (the front door),
 ``connectors`` (chat apps), ``schedule`` (heartbeats, cron entries and
-reminders), ``skills`` (the prompt's list of skills) and ``placement`` (the
-runtime's own actors).
+reminders), ``skills`` (the prompt's list of skills), ``placement`` (the
+runtime's own actors), and ``compaction``, ``budget`` and ``prices`` (see
+:mod:`~coterie.runtime.config.usage`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from coterie.runtime.config._strict import Strict, describe_error
 from coterie.runtime.config.connectors import ConnectorSettings
 from coterie.runtime.config.placement import RuntimePlacement
+from coterie.runtime.config.usage import BudgetSettings, CompactionSettings, ModelPrice
 from coterie.runtime.errors import ConfigError
 
 
@@ -193,6 +195,27 @@ class RuntimeSettings(Strict):
     schedule: ScheduleSettings = Field(default_factory=lambda: ScheduleSettings())
     skills: SkillSettings = Field(default_factory=lambda: SkillSettings())
     placement: RuntimePlacement = Field(default_factory=lambda: RuntimePlacement())
+    compaction: CompactionSettings = Field(
+        default_factory=lambda: CompactionSettings(),
+        description="every persona's compaction settings (a persona's own fields win)",
+    )
+    budget: BudgetSettings = Field(
+        default_factory=lambda: BudgetSettings(),
+        description="what the model calls of the whole runtime may cost",
+    )
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="US dollars per million tokens by model name or pattern (``*``, ``?``); "
+        "these win over the defaults",
+    )
+
+    @field_validator("prices")
+    @classmethod
+    def _price_patterns(cls, value: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
+        for key in value:
+            if not key.strip():
+                raise ValueError("a model name or pattern is empty")
+        return value
 
 
 def load_settings(home: Path) -> RuntimeSettings:

@@ -14,6 +14,7 @@ import asyncio
 import email.utils
 import math
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
@@ -24,6 +25,7 @@ T = TypeVar("T")
 
 __all__ = [
     "backoff_delay",
+    "is_context_length_error",
     "parse_retry_after",
     "sdk_error_message",
     "sdk_retry_after",
@@ -78,6 +80,28 @@ def sdk_error_message(exc: Exception) -> str:
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])
     return str(getattr(exc, "message", exc))
+
+
+#: What the providers (and the common compatible servers) say when a request
+#: is longer than the model's window.
+_TOO_LONG = re.compile(
+    r"prompt is too long|context[ _-]length|context window|maximum context|"
+    r"too many (input )?tokens|input is too long|exceeds the (model's )?(maximum|context)",
+    re.IGNORECASE,
+)
+
+
+def is_context_length_error(status: int | None, exc: Exception) -> bool:
+    """Whether a status error says the request did not fit the model's window:
+    OpenAI's code ``context_length_exceeded``, Anthropic's "prompt is too long",
+    or the same words from a compatible server (400 or 413)."""
+    if status not in (400, 413):
+        return False
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
+        return True
+    return bool(_TOO_LONG.search(sdk_error_message(exc)))
 
 
 def backoff_delay(

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
     from anthropic.types import Message
 
-__all__ = ["AnthropicModel"]
+__all__ = ["AnthropicModel", "anthropic_usage"]
 
 # Headroom for the visible answer on top of the thinking budget.
 _ANSWER_HEADROOM = 1024
@@ -181,14 +181,26 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
         stop_reason = getattr(message, "stop_reason", None)
         return ModelResponse(
             message=AssistantMessage(text="".join(texts), tool_calls=tool_calls, thinking=thinking),
-            usage=Usage(
-                input_tokens=token_count(getattr(usage, "input_tokens", None)),
-                output_tokens=token_count(getattr(usage, "output_tokens", None)),
-            ),
+            usage=anthropic_usage(usage),
             provider=self.provider,
             model=self.config.name,
             stop_reason=stop_reason if isinstance(stop_reason, str) else None,
         )
+
+
+def anthropic_usage(usage: object) -> Usage:
+    """The neutral usage of an Anthropic ``usage`` block: its ``input_tokens``
+    are the uncached part only, so the cache reads and writes are added to
+    make the request's whole input."""
+    uncached = token_count(getattr(usage, "input_tokens", None))
+    read = token_count(getattr(usage, "cache_read_input_tokens", None))
+    written = token_count(getattr(usage, "cache_creation_input_tokens", None))
+    return Usage(
+        input_tokens=uncached + read + written,
+        output_tokens=token_count(getattr(usage, "output_tokens", None)),
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+    )
 
 
 def history_to_wire(history: list[ChatMessage]) -> list[dict[str, Any]]:

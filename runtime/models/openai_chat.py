@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
     from openai.types import CompletionUsage
 
-__all__ = ["OpenAIChatModel", "ToolsWire", "dump_json"]
+__all__ = ["OpenAIChatModel", "ToolsWire", "dump_json", "openai_usage"]
 
 
 class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
@@ -157,8 +157,13 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
                 for _, c in sorted(calls.items())
             ],
             reasoning_content="".join(reasoning) if reasoning else None,
-            input_tokens=token_count(getattr(usage, "prompt_tokens", None)),
-            output_tokens=token_count(getattr(usage, "completion_tokens", None)),
+            usage=Usage(
+                input_tokens=token_count(getattr(usage, "prompt_tokens", None)),
+                output_tokens=token_count(getattr(usage, "completion_tokens", None)),
+                cache_read_tokens=token_count(
+                    getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
+                ),
+            ),
             stop_reason=finish_reason,
         )
 
@@ -250,8 +255,7 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
             text=self._content(message.get("content")),
             tool_calls=tool_calls,
             reasoning_content=reasoning if isinstance(reasoning, str) else None,
-            input_tokens=token_count(usage.get("prompt_tokens")),
-            output_tokens=token_count(usage.get("completion_tokens")),
+            usage=openai_usage(usage),
             stop_reason=finish_reason if isinstance(finish_reason, str) else None,
         )
 
@@ -310,8 +314,7 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
         text: str,
         tool_calls: list[ToolCall],
         reasoning_content: str | None,
-        input_tokens: int,
-        output_tokens: int,
+        usage: Usage,
         stop_reason: str | None,
     ) -> ModelResponse:
         """The neutral response, whether the answer came whole or streamed."""
@@ -319,11 +322,24 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
             message=AssistantMessage(
                 text=text, tool_calls=tool_calls, reasoning_content=reasoning_content
             ),
-            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+            usage=usage,
             provider=self.provider,
             model=self.config.name,
             stop_reason=stop_reason,
         )
+
+
+def openai_usage(usage: dict[str, Any]) -> Usage:
+    """The neutral usage of a decoded ``usage`` object: ``prompt_tokens``
+    counts cached tokens too; ``prompt_tokens_details.cached_tokens`` is the
+    part read from the cache (OpenAI reports no cache writes)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(
+        input_tokens=token_count(usage.get("prompt_tokens")),
+        output_tokens=token_count(usage.get("completion_tokens")),
+        cache_read_tokens=token_count(cached),
+    )
 
 
 def dump_json(value: object) -> bytes:

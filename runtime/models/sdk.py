@@ -22,9 +22,16 @@ from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 from coterie.runtime.config import AnthropicModelConfig, OpenAIModelConfig
-from coterie.runtime.errors import MissingAPIKeyError, ModelError, ModelHTTPError, ModelTimeoutError
+from coterie.runtime.errors import (
+    ContextLengthError,
+    MissingAPIKeyError,
+    ModelError,
+    ModelHTTPError,
+    ModelTimeoutError,
+)
 from coterie.runtime.messages import ModelRequest, ModelResponse
 from coterie.runtime.models._retry import (
+    is_context_length_error,
     sdk_error_message,
     sdk_retry_after,
     status_is_retryable,
@@ -196,6 +203,8 @@ class SDKModel(ABC, Generic[ConfigT]):
                 f"{self.config.timeout:g}s"
             )
         if isinstance(exc, sdk.APIStatusError):
+            if is_context_length_error(exc.status_code, exc):
+                return ContextLengthError(exc.status_code, sdk_error_message(exc))
             return ModelHTTPError(exc.status_code, sdk_error_message(exc))
         if isinstance(exc, sdk.APIResponseValidationError):
             return ModelHTTPError(exc.status_code, f"invalid response: {exc.message}")
