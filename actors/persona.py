@@ -43,6 +43,7 @@ from coterie.runtime.persona import Launchers, PersonaHost, PersonaRuntime
 from coterie.runtime.routing import Directory, IdleWatcher
 from coterie.runtime.schedule.service import SchedulerService
 from coterie.runtime.services import Services
+from coterie.runtime.usage.budget import RouterBudget
 from coterie.tools import builtin_registry
 
 log = logging.getLogger("coterie.persona")
@@ -117,11 +118,14 @@ class PersonaActor:
                 deliveries=RouterDeliveries(self.directory),
                 # Fires are accepted and finished there; the remind tool uses it.
                 scheduler=_scheduler(scheduler_actor, namespace),
+                # Budgets are kept by the router, for every persona at once.
+                budget=RouterBudget(self.directory.call_router),
             ),
             launchers=Launchers(
                 # One Subagent actor per spawn, on this node, owned by this actor.
                 subagents=RaySubagents(
                     audit_actor=audit_actor,
+                    router_actor=router_actor,
                     namespace=namespace,
                     max_processes=settings.max_background_processes,
                 ),

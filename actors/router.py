@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,14 @@ import ray
 from coterie.actors._ray import actor_id, persona_actor_name, remote
 from coterie.actors.mcp import new_server_actor
 from coterie.actors.persona import PersonaActorRemote
-from coterie.runtime.config import Placement, RuntimeSettings, load_persona
+from coterie.runtime.config import Placement, RuntimeSettings, load_persona, runtime_timezone
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.errors import PlacementError
 from coterie.runtime.mcp.records import McpLaunch
 from coterie.runtime.messages import PersonaStats
 from coterie.runtime.routing import Router, RouterStatus
 from coterie.runtime.routing.placement import check_placement, start_timeout_message
+from coterie.runtime.usage.budget import BudgetLedger, PersonaBudgets, spent_sql
 
 
 def placement_options(placement: Placement) -> dict[str, Any]:
@@ -209,6 +211,38 @@ class RouterActor:
         # so that flushing, passivating and stopping reach them.
         self.router.adopt(self.host.named_personas())
         self._mcp_shared: dict[str, tuple[McpLaunch, Any]] = {}
+        # The runtime's budgets: every persona's model calls reserve here.
+        self._audit_actor = audit_actor
+        self._namespace = namespace
+        self.budgets = BudgetLedger(
+            runtime=settings.budget,
+            limits_of=PersonaBudgets(Path(home)),
+            spent_since=self._spent_since,
+            tz=runtime_timezone(),
+        )
+
+    async def _spent_since(self, payer: str | None, since: datetime) -> float:
+        audit = ray.get_actor(self._audit_actor, namespace=self._namespace)
+        result = await remote(audit.query.remote(spent_sql(payer, since)))
+        return float(result.rows[0][0] or 0.0)
+
+    async def budget_reserve(
+        self,
+        payer: str,
+        amount: float | None,
+        model: str,
+        persona: str,
+        conversation_id: str,
+    ) -> str | None:
+        """Hold a model call's worst-case cost (see runtime.usage.budget)."""
+        reservation = await self.budgets.reserve(
+            payer, amount, model=model, persona=persona, conversation_id=conversation_id
+        )
+        return reservation.ticket
+
+    async def budget_settle(self, ticket: str, cost: float | None) -> list[str]:
+        """Settle a held call; the warnings due, as JSON."""
+        return [w.model_dump_json() for w in await self.budgets.settle(ticket, cost)]
 
     async def resolve(self, name: str) -> Any:
         """The actor handle of persona ``name``, activating it if needed."""

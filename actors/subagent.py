@@ -20,18 +20,31 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from coterie.actors._ray import audit_buffer_for, remote
+from coterie.actors._ray import RayPersonaLink, audit_buffer_for, remote
 from coterie.runtime.delegation import SubagentRequest, SubagentRun, Work, WorkOutcome
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.shell import LocalProcesses
+from coterie.runtime.usage.budget import RouterBudget
 from coterie.tools import builtin_registry
 
 
 class SubagentActor:
     """One subagent's process: runs its task once, then is killed."""
 
-    def __init__(self, audit_actor: str, namespace: str, max_processes: int = 16) -> None:
+    def __init__(
+        self,
+        audit_actor: str,
+        namespace: str,
+        max_processes: int = 16,
+        router_actor: str | None = None,
+    ) -> None:
         self.buffer = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
+        # Its model calls count against its parent's budget, kept by the router.
+        self.budget = (
+            RouterBudget(RayPersonaLink(router_actor, namespace).call_router)
+            if router_actor is not None
+            else None
+        )
         # Built now, so that a spare actor is warm when its task comes.
         self.registry = builtin_registry()
         self.max_processes = max_processes
@@ -50,6 +63,7 @@ class SubagentActor:
             registry=self.registry,
             audit=self.buffer,
             processes=LocalProcesses(max_processes=self.max_processes),
+            budget=self.budget,
         )
         self.task = asyncio.get_running_loop().create_task(self.current.run())
         try:
@@ -112,11 +126,13 @@ class RaySubagents:
         *,
         audit_actor: str,
         namespace: str,
+        router_actor: str | None = None,
         node_id: str | None = None,
         spares: int = 1,
         max_processes: int = 16,
     ) -> None:
         self.audit_actor = audit_actor
+        self.router_actor = router_actor
         self.namespace = namespace
         self.node_id = node_id or ray.get_runtime_context().get_node_id()
         self.spares = spares
@@ -127,7 +143,7 @@ class RaySubagents:
     def _new_actor(self) -> Any:
         actor: Any = SubagentActorRemote.options(  # type: ignore[attr-defined]
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False),
-        ).remote(self.audit_actor, self.namespace, self.max_processes)
+        ).remote(self.audit_actor, self.namespace, self.max_processes, self.router_actor)
         actor.__ray_ready__.remote()
         return actor
 

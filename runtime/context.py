@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -74,6 +74,12 @@ class Conversation:
     todos: list[TodoItem] = field(default_factory=list)
     #: What the persona asked the person (``ask_user``), until it is answered.
     question: Question | None = None
+    #: Where the running turn's own messages start in ``history`` (set when a
+    #: turn starts; moved by a compaction).
+    turn_start: int = 0
+    #: What the provider counted for this conversation's last request
+    #: (a :class:`runtime.usage.tokens.Anchor`; None after a compaction).
+    anchor: Any = None
 
 
 def _no_spill_dir() -> Path:
@@ -144,6 +150,11 @@ class TurnOutputs:
     #: (``allowed-tools``): from the next model call on, a tool is offered only
     #: if it matches every one of these lists (and the persona's own filter).
     tool_limits: list[tuple[str, ...]] = field(default_factory=list)
+    #: The tools the catalogue keeps out of this model call's definitions
+    #: (name -> spec), set by the loop before each call; ``find_tools`` searches them.
+    catalogue: Mapping[str, Any] = field(default_factory=dict)
+    #: Tools ``find_tools`` found on this turn: offered in full from the next call on.
+    revealed: set[str] = field(default_factory=set)
 
 
 def _never() -> bool:

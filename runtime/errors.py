@@ -67,7 +67,7 @@ every runner outcome and the ``error_kind`` column of the audit log use it
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 #: Every error kind a tool result or an audit row can carry. Grouped by where
 #: they arise; the guide's reliability page lists them with their meaning.
@@ -261,21 +261,46 @@ class BudgetExceededError(ModelError):
     the budget (the persona's, the runtime's, an eval run's), its limit and
     what is spent."""
 
-    def __init__(self, scope: str, period: str, limit: float, spent: float) -> None:
+    def __init__(
+        self, scope: str, period: str, limit: float, spent: float, *, model: str | None = None
+    ) -> None:
         self.scope = scope
         self.period = period
         self.limit = limit
         self.spent = spent
-        until = {"daily": "until the next day", "monthly": "until the next month"}.get(
-            period, "for the rest of the run"
-        )
-        super().__init__(
-            f"budget_exceeded: {scope} has spent ${spent:.4f} of its {period} budget of "
-            f"${limit:.2f} (with the calls still running); model calls are refused {until}"
+        self.model = model
+        if period == "unpriced":
+            message = (
+                f"budget_exceeded: {scope} has a budget, and model {model!r} has no price, so "
+                "what its calls cost cannot be counted; give it one under prices: in "
+                "runtime.yaml"
+            )
+        else:
+            until = {"daily": "until the next day", "monthly": "until the next month"}.get(
+                period, "for the rest of the run"
+            )
+            message = (
+                f"budget_exceeded: {scope} has spent ${spent:.4f} of its {period} budget of "
+                f"${limit:.2f} (with the calls still running); model calls are refused {until}"
+            )
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_budget_error,
+            (type(self), self.scope, self.period, self.limit, self.spent, self.model),
         )
 
-    def __reduce__(self) -> tuple[type, tuple[str, str, float, float]]:
-        return (type(self), (self.scope, self.period, self.limit, self.spent))
+
+def _rebuild_budget_error(
+    cls: type[BudgetExceededError],
+    scope: str,
+    period: str,
+    limit: float,
+    spent: float,
+    model: str | None,
+) -> BudgetExceededError:
+    return cls(scope, period, limit, spent, model=model)
 
 
 class DeliveryError(CoterieError):

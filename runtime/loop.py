@@ -19,12 +19,24 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
+from coterie.runtime import catalogue
+from coterie.runtime.compaction import Compactor
+from coterie.runtime.config import CompactionSettings
 from coterie.runtime.context import BACKGROUND_CONTEXTS, TurnContext
-from coterie.runtime.errors import ModelError
+from coterie.runtime.errors import (
+    BudgetExceededError,
+    ContextLengthError,
+    ContextOverflowError,
+    ModelError,
+)
 from coterie.runtime.messages import (
     AssistantMessage,
+    BudgetWarning,
+    CallPurpose,
     ChatMessage,
+    Compacted,
     HistoryAppended,
     ModelCalled,
     ModelRequest,
@@ -38,16 +50,27 @@ from coterie.runtime.messages import (
     ToolChoiceNone,
     ToolResultMessage,
     TurnStatus,
+    Usage,
     UserMessage,
 )
 from coterie.runtime.models.base import Model, StreamingModel
+from coterie.runtime.models.windows import window_of
 from coterie.runtime.runner import ToolOutcome, ToolRunner, error_result
 from coterie.runtime.tool import ToolRegistry, ToolSource, ToolSpec
+from coterie.runtime.usage.budget import BudgetGuard
+from coterie.runtime.usage.prices import PriceTable
+from coterie.runtime.usage.tokens import Anchor, TokenEstimator
 
 STEP_LIMIT_NOTE = (
     "[harness] The step limit of this turn ({max_steps} model calls) is reached. "
     "Tools are now disabled: reply with a short text summary of what was done "
     "and what is left."
+)
+MEMORY_FLUSH_NOTE = (
+    "[harness] This conversation is about to be compacted: its older turns will be "
+    "replaced by a summary. If it holds durable facts worth keeping beyond this "
+    "conversation (decisions, preferences, names, commitments) that memory does not "
+    "have yet, save them now with the memory tool; otherwise reply with a short 'ok'."
 )
 END_TASK_NOTE = (
     "[harness] This background turn ended in plain text. Classify it now by "
@@ -71,6 +94,8 @@ class TurnResult:
     # The turn ended asking the person this (ask_user).
     question: Question | None = None
     new_messages: list[ChatMessage] = field(default_factory=list)
+    # Compactions this turn made (bounded by compaction.max_per_turn).
+    compactions: int = 0
 
 
 def call_key(call: ToolCall) -> str:
@@ -122,7 +147,14 @@ class TurnLoop:
         max_steps: int = 12,
         max_tokens: int = 4096,
         sources: Sequence[ToolSource] = (),
+        prices: PriceTable | None = None,
+        compaction: CompactionSettings | None = None,
+        summarizer: Model | None = None,
     ) -> None:
+        """``prices``: what calls cost (default: the built-in table);
+        ``compaction``: when and how conversations are compacted (default
+        settings); ``summarizer``: the model that writes summaries (default:
+        the turn's own)."""
         self.model = model
         self.registry = registry
         self.runner = runner or ToolRunner()
@@ -130,6 +162,14 @@ class TurnLoop:
         self.max_tokens = max_tokens
         # Tools that come and go (MCP servers'): refreshed before every model call.
         self.sources = list(sources)
+        self.prices = prices or PriceTable.from_settings({})
+        self.compaction = compaction or CompactionSettings()
+        self.summarizer = summarizer
+        self.budget = BudgetGuard(self.prices)
+        # find_tools, offered by the catalogue when it holds tools back.
+        self.finder = registry.get(catalogue.FIND_TOOLS)
+        # One estimator per model: each learns its provider's ratio.
+        self._estimators: dict[tuple[str, str], TokenEstimator] = {}
 
     async def _source_specs(self) -> list[ToolSpec]:
         specs: list[ToolSpec] = []
@@ -252,33 +292,314 @@ class TurnLoop:
         *,
         thinking: bool | None = None,
     ) -> AssistantMessage:
+        """One model call of the turn: the tools it is offered (the
+        catalogue), the request fitted to the window (compaction), its
+        budget kept; on a provider's context-length error, one compaction
+        and one retry."""
         result.steps += 1
-        # Built from values that are typed already (the history's messages, the
-        # specs' definitions): validating them again cost more per call than
-        # anything else of ours in the loop, and grows with the history.
-        request = ModelRequest.model_construct(
-            system=system,
-            messages=list(ctx.conversation.history),
-            tools=[spec.definition() for spec in tools.values()],
-            tool_choice=choice,
-            thinking=ctx.thinking_on if thinking is None else thinking,
-            max_tokens=self.max_tokens,
-            step=result.steps,
-            context=ctx.kind,
+        offered = self._offer(ctx, tools, choice)
+        definitions = [spec.definition() for spec in offered.values()]
+        estimator = self._estimator(model)
+        fixed = estimator.fixed_chars(system, definitions)
+        window = window_of(model)
+        # The reply's tokens share the window with the request.
+        limit = max(window - self.max_tokens, window // 4)
+        target = min(int(window * self.compaction.threshold), limit)
+        estimated = self._estimate(ctx, estimator, fixed)
+        if estimated > target:
+            estimated = await self._compact(
+                model, ctx, result, estimator, fixed, target, limit, "threshold"
+            )
+        retried = False
+        while True:
+            # Built from values that are typed already (the history's messages, the
+            # specs' definitions): validating them again cost more per call than
+            # anything else of ours in the loop, and grows with the history.
+            request = ModelRequest.model_construct(
+                system=system,
+                messages=list(ctx.conversation.history),
+                tools=definitions,
+                tool_choice=choice,
+                thinking=ctx.thinking_on if thinking is None else thinking,
+                max_tokens=self.max_tokens,
+                step=result.steps,
+                context=ctx.kind,
+            )
+            try:
+                response = await self._send(
+                    model, ctx, result, request, estimated=estimated, purpose="turn"
+                )
+            except ContextLengthError:
+                if retried:
+                    raise
+                retried = True
+                # The provider counted more than its window: learn that, then
+                # compact (whatever the estimate said) and send once more.
+                estimator.overflowed(request.messages, fixed_chars=fixed, window=window)
+                ctx.conversation.anchor = None
+                estimated = await self._compact(
+                    model,
+                    ctx,
+                    result,
+                    estimator,
+                    fixed,
+                    target,
+                    limit,
+                    "context_length_error",
+                )
+                continue
+            break
+        ctx.conversation.anchor = estimator.observe(
+            request.messages, fixed_chars=fixed, input_tokens=response.usage.input_tokens
         )
-        started = time.perf_counter()
-        try:
-            response: ModelResponse = await self._request(model, ctx, request)
-        except ModelError as exc:
-            self._record_call(model, ctx, result, request, started, error=str(exc))
-            raise
-        self._record_call(model, ctx, result, request, started, response=response)
         message = response.message
         if choice.kind == "none" and message.tool_calls:
             # Tools were withdrawn; a model that calls one anyway gets its text kept only.
             message = message.model_copy(update={"tool_calls": []})
         self._append(ctx, result, message)
         return message
+
+    def _offer(
+        self, ctx: TurnContext, tools: dict[str, ToolSpec], choice: ToolChoice
+    ) -> dict[str, ToolSpec]:
+        """The tools whose definitions this call carries (see
+        :mod:`runtime.catalogue`); ``find_tools`` searches those held back.
+        A call that must use one named tool is offered what it is given."""
+        if not tools or choice.kind == "named":
+            return tools
+        outputs = ctx.outputs
+        offered, hidden = catalogue.offer(
+            tools,
+            tool_filter=ctx.settings.tool_filter,
+            finder=self.finder,
+            revealed=outputs.revealed,
+        )
+        outputs.catalogue = hidden
+        if hidden and self.finder is not None:
+            # The runner may run every allowed tool, find_tools too.
+            tools[catalogue.FIND_TOOLS] = self.finder
+        return offered
+
+    def _estimator(self, model: Model) -> TokenEstimator:
+        key = (model.provider, model.name)
+        estimator = self._estimators.get(key)
+        if estimator is None:
+            estimator = self._estimators[key] = TokenEstimator()
+        return estimator
+
+    def _estimate(self, ctx: TurnContext, estimator: TokenEstimator, fixed: int) -> int:
+        anchor = ctx.conversation.anchor
+        return estimator.estimate(
+            ctx.conversation.history,
+            fixed_chars=fixed,
+            anchor=anchor if isinstance(anchor, Anchor) else None,
+        )
+
+    async def _send(
+        self,
+        model: Model,
+        ctx: TurnContext,
+        result: TurnResult,
+        request: ModelRequest,
+        *,
+        estimated: int,
+        purpose: CallPurpose,
+    ) -> ModelResponse:
+        """Send one request within the budget, and record it."""
+        try:
+            ticket = await self.budget.reserve(
+                ctx.services.budget,
+                payer=ctx.billed_to,
+                provider=model.provider,
+                model=model.name,
+                input_tokens=estimated,
+                max_output_tokens=request.max_tokens,
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+            )
+        except BudgetExceededError as exc:
+            ctx.audit.record(
+                BudgetWarning(
+                    persona=ctx.persona,
+                    conversation_id=ctx.conversation_id,
+                    turn_id=ctx.turn_id,
+                    scope=exc.scope,
+                    period="month" if exc.period == "monthly" else "day",
+                    limit_usd=exc.limit,
+                    spent_usd=round(exc.spent, 6),
+                    exceeded=True,
+                )
+            )
+            raise
+        started = time.perf_counter()
+        try:
+            response: ModelResponse = await self._request(model, ctx, request)
+        except BaseException as exc:
+            await self._settle(ctx, ticket, None)
+            if isinstance(exc, ModelError):
+                # A refused request is not billed: 0 for a priced model, still
+                # unknown for one without a price.
+                self._record_call(
+                    model,
+                    ctx,
+                    result,
+                    request,
+                    started,
+                    error=str(exc),
+                    cost=self.prices.cost(model.provider, model.name, Usage()),
+                    estimated=estimated,
+                    purpose=purpose,
+                )
+            raise
+        cost = self.prices.cost(response.provider, response.model, response.usage)
+        self._record_call(
+            model,
+            ctx,
+            result,
+            request,
+            started,
+            response=response,
+            cost=cost,
+            estimated=estimated,
+            purpose=purpose,
+        )
+        await self._settle(ctx, ticket, cost)
+        return response
+
+    async def _settle(self, ctx: TurnContext, ticket: str | None, cost: float | None) -> None:
+        for warning in await self.budget.settle(ctx.services.budget, ticket, cost):
+            ctx.audit.record(warning.model_copy(update={"turn_id": ctx.turn_id}))
+
+    # -- compaction --------------------------------------------------------
+
+    async def _compact(
+        self,
+        model: Model,
+        ctx: TurnContext,
+        result: TurnResult,
+        estimator: TokenEstimator,
+        fixed: int,
+        target: int,
+        limit: int,
+        reason: Literal["threshold", "context_length_error"],
+    ) -> int:
+        """Compact the conversation (see :mod:`runtime.compaction`); the
+        estimate of the request after it. Raises
+        :class:`ContextOverflowError` past ``compaction.max_per_turn`` or
+        when even the current turn alone would not fit."""
+        settings = self.compaction
+        conversation = ctx.conversation
+        history = conversation.history
+        if result.compactions >= settings.max_per_turn:
+            raise ContextOverflowError(
+                f"this turn already compacted its conversation {result.compactions} times "
+                f"(compaction.max_per_turn) and its request still does not fit the "
+                f"{window_of(model)}-token window of {model.name}; it was not sent"
+            )
+        result.compactions += 1
+        turn_start = min(conversation.turn_start, len(history))
+        if settings.memory_flush and ctx.services.memory is not None and turn_start > 0:
+            await self._memory_flush(model, ctx, result)
+        summarizer = self.summarizer or model
+
+        async def summarize(system: str, text: str) -> str:
+            request = ModelRequest.model_construct(
+                system=system,
+                messages=[UserMessage(text=text, source="harness")],
+                tools=[],
+                tool_choice=ToolChoiceNone(),
+                thinking=False,
+                max_tokens=settings.summary_max_tokens,
+                step=result.steps,
+                context=ctx.kind,
+            )
+            est = int(len(text) / estimator.chars_per_token)
+            response = await self._send(
+                summarizer, ctx, result, request, estimated=est, purpose="compaction"
+            )
+            return response.message.text
+
+        compactor = Compactor(
+            settings,
+            summarize=summarize if settings.enabled else None,
+            chunk_tokens=max(512, int(window_of(summarizer) * 0.6) - settings.summary_max_tokens),
+            timeout=settings.timeout,
+            chars_per_token=lambda: estimator.chars_per_token,
+        )
+        outcome = await compactor.compact(
+            history,
+            turn_start=turn_start,
+            todos=conversation.todos,
+            estimate=lambda messages: estimator.estimate(messages, fixed_chars=fixed, anchor=None),
+            target=target,
+            limit=limit,
+            force=reason == "context_length_error",
+        )
+        if outcome.replaced == 0 and outcome.elided == 0:
+            if outcome.tokens_after > limit:
+                raise ContextOverflowError(
+                    f"the request needs about {outcome.tokens_after} tokens, more than the "
+                    f"{limit} the window of {model.name} leaves, and nothing older can be "
+                    "compacted; it was not sent"
+                )
+            return outcome.tokens_after
+        conversation.history = outcome.messages
+        conversation.turn_start = outcome.turn_start
+        conversation.anchor = None
+        ctx.audit.record(
+            Compacted(
+                persona=ctx.persona,
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                method=outcome.method,
+                reason=reason,
+                summary=outcome.summary,
+                replaced=outcome.replaced,
+                elided=outcome.elided,
+                tokens_before=outcome.tokens_before,
+                tokens_after=outcome.tokens_after,
+                error=outcome.error,
+                messages=outcome.messages,
+                turn_start=outcome.turn_start,
+            )
+        )
+        return outcome.tokens_after
+
+    async def _memory_flush(self, model: Model, ctx: TurnContext, result: TurnResult) -> None:
+        """One model call with the memory tool alone, before a compaction: the
+        persona may save durable facts. Its messages stay out of the history."""
+        memory = self.registry.visible(ctx).get("memory")
+        if memory is None:
+            return
+        only = {"memory": memory}
+        request = ModelRequest.model_construct(
+            system="You keep this persona's long-term memory.",
+            messages=[
+                *ctx.conversation.history[: ctx.conversation.turn_start],
+                UserMessage(text=MEMORY_FLUSH_NOTE, source="harness"),
+            ],
+            tools=[memory.definition()],
+            tool_choice=ToolChoiceAuto(),
+            thinking=False,
+            max_tokens=min(self.max_tokens, 2048),
+            step=result.steps,
+            context=ctx.kind,
+        )
+        estimator = self._estimator(model)
+        est = estimator.estimate(
+            request.messages,
+            fixed_chars=estimator.fixed_chars(request.system, request.tools),
+            anchor=None,
+        )
+        try:
+            response = await self._send(
+                model, ctx, result, request, estimated=est, purpose="memory_flush"
+            )
+        except ModelError:
+            return  # the compaction goes on without it
+        calls = [c for c in response.message.tool_calls if c.name == "memory"]
+        if calls:
+            await self.runner.run_calls(calls, ctx, only, blocked={})
 
     async def _request(
         self, model: Model, ctx: TurnContext, request: ModelRequest
@@ -311,7 +632,11 @@ class TurnLoop:
         *,
         response: ModelResponse | None = None,
         error: str | None = None,
+        cost: float | None = None,
+        estimated: int | None = None,
+        purpose: CallPurpose = "turn",
     ) -> None:
+        usage = response.usage if response else None
         ctx.audit.record(
             ModelCalled(
                 persona=ctx.persona,
@@ -321,10 +646,19 @@ class TurnLoop:
                 model=response.model if response else model.name,
                 step=result.steps,
                 latency_ms=(time.perf_counter() - started) * 1000,
-                input_tokens=response.usage.input_tokens if response else 0,
-                output_tokens=response.usage.output_tokens if response else 0,
+                input_tokens=usage.input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+                cache_read_tokens=usage.cache_read_tokens if usage else 0,
+                cache_write_tokens=usage.cache_write_tokens if usage else 0,
+                cost_usd=cost,
+                priced=cost is not None,
+                context=ctx.kind,
+                purpose=purpose,
+                billed_to=ctx.billed_to,
+                estimated_tokens=estimated,
                 tool_calls=len(response.message.tool_calls) if response else 0,
                 messages=len(request.messages),
+                tools=len(request.tools),
                 stop_reason=response.stop_reason if response else None,
                 error=error,
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -454,6 +455,16 @@ class TodoItem(BaseModel):
     priority: Literal["high", "medium", "low"] = "medium"
 
 
+def render_todos(todos: Sequence[TodoItem]) -> str:
+    """A todo list as the model reads it (``todo_read``, a compaction's summary)."""
+    if not todos:
+        return "The todo list is empty."
+    marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
+    lines = [f"{i}. {marks[t.status]} {t.content} ({t.priority})" for i, t in enumerate(todos, 1)]
+    done = sum(t.status == "completed" for t in todos)
+    return "\n".join([f"{done}/{len(todos)} completed", *lines])
+
+
 class TodosSet(_Event):
     """A conversation's todo list was replaced (enough to rebuild it)."""
 
@@ -563,6 +574,44 @@ class TurnDropped(_Event):
     reason: str
 
 
+class Compacted(_Event):
+    """A conversation was compacted to fit its model's context window.
+
+    ``messages`` is the whole history the model sees from now on (the
+    summary, the kept turns and the current turn so far); a conversation
+    rebuilt from the log starts from it and adds what was appended after.
+    ``turn_start`` is where the current turn's own messages begin in it (a
+    turn left out of the history afterwards is cut there). ``summary`` is
+    None when the older turns were dropped instead (``method``
+    ``dropped``: summarizing failed, was off, or could not fit), or when
+    only old tool results were cut to stubs (``elided``)."""
+
+    kind: Literal["compaction"] = "compaction"
+    method: Literal["summarized", "dropped", "elided"]
+    reason: Literal["threshold", "context_length_error"]
+    summary: str | None = None
+    #: Messages summarized or dropped, and tool results cut to a stub.
+    replaced: int = 0
+    elided: int = 0
+    tokens_before: int
+    tokens_after: int
+    error: str | None = None
+    messages: list[ChatMessage]
+    turn_start: int
+
+
+class BudgetWarning(_Event):
+    """Spending passed a budget's warning share (``budget.warn_at``), or
+    its limit, which refuses further model calls until the period ends."""
+
+    kind: Literal["budget"] = "budget"
+    scope: str
+    period: Literal["day", "month"]
+    limit_usd: float
+    spent_usd: float
+    exceeded: bool = False
+
+
 def schedule_log_id(persona: str) -> str:
     """The conversation id the scheduler's events of ``persona`` are recorded on."""
     return f"{persona}:schedule"
@@ -608,7 +657,9 @@ TurnEvent = Annotated[
     | DelegationEvent
     | SkillsListed
     | ScheduleEvent
-    | TurnDropped,
+    | TurnDropped
+    | Compacted
+    | BudgetWarning,
     Field(discriminator="kind"),
 ]
 turn_event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
@@ -629,6 +680,8 @@ StreamItem = Annotated[
     | SkillsListed
     | ScheduleEvent
     | TurnDropped
+    | Compacted
+    | BudgetWarning
     | TextDelta
     | ReplyEnvelope,
     Field(discriminator="kind"),
@@ -638,8 +691,10 @@ stream_item_adapter: TypeAdapter[StreamItem] = TypeAdapter(StreamItem)
 __all__ = [
     "API_ORIGIN",
     "AssistantMessage",
+    "BudgetWarning",
     "CallPurpose",
     "ChatMessage",
+    "Compacted",
     "ConversationRecord",
     "DelegationEvent",
     "Envelope",
@@ -687,6 +742,7 @@ __all__ = [
     "envelope_adapter",
     "inbox_id",
     "new_id",
+    "render_todos",
     "schedule_log_id",
     "stream_item_adapter",
     "turn_event_adapter",

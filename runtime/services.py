@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from coterie.runtime.config import AccessLevel
 from coterie.runtime.connectors.base import ConnectorInfo, OutboundMessage
 from coterie.runtime.memory.records import IngestResult, MemoryRow, RecallHit, Source, UserModelRow
-from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope, TurnEvent
+from coterie.runtime.messages import BudgetWarning, MessageEnvelope, ReplyEnvelope, TurnEvent
 from coterie.runtime.shell.records import ProcessOutput, ProcessStatus, SignalResult, StartSpec
 
 if TYPE_CHECKING:
@@ -177,6 +177,37 @@ class ProcessService(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """A budget's answer to a model call's reservation: its ticket, to
+    settle once the call is answered (None: no budget applies to the payer)."""
+
+    ticket: str | None
+
+
+class BudgetService(Protocol):
+    """The runtime's budgets (:class:`runtime.usage.budget.BudgetLedger`):
+    a model call reserves its worst-case cost before it is sent, and settles
+    the real one after."""
+
+    async def reserve(
+        self,
+        payer: str,
+        amount: float | None,
+        *,
+        model: str,
+        persona: str,
+        conversation_id: str,
+    ) -> Reservation:
+        """Hold ``amount`` dollars for ``payer``'s call; raises
+        :class:`~runtime.errors.BudgetExceededError` past a limit."""
+        ...
+
+    async def settle(self, ticket: str, cost: float | None) -> list[BudgetWarning]:
+        """Replace the hold by the real cost; the warnings now due."""
+        ...
+
+
 class DelegationService(Protocol):
     """Pushed work a persona delegated (subagents, coding agents), by handle.
 
@@ -274,7 +305,7 @@ class KeyedLocks:
 class Services:
     """The services a persona's tools are handed (``ctx.services``).
 
-    The first six are handles to the rest of the runtime, given to the
+    The first seven are handles to the rest of the runtime, given to the
     persona (each may be absent: its tools then hide); the rest the persona
     owns and stops when it closes: its delegated work, its MCP servers, the
     tasks tools leave running and the per-file locks of its file tools.
@@ -293,6 +324,8 @@ class Services:
     #: The runtime's scheduler (runtime.schedule.SchedulerService): fires are
     #: accepted and finished through it, and the ``remind`` tool uses it.
     scheduler: SchedulerService | None = None
+    #: The runtime's budgets (none: model calls are never held up).
+    budget: BudgetService | None = None
     #: Pushed work the persona delegated (subagents, coding agents).
     delegations: DelegationService | None = None
     #: The persona's MCP servers (runtime.mcp.McpHub), when it has any.
@@ -306,6 +339,7 @@ class Services:
 __all__ = [
     "AuditSink",
     "BackgroundTasks",
+    "BudgetService",
     "DelegationService",
     "DeliveryService",
     "KeyedLocks",
@@ -314,5 +348,6 @@ __all__ = [
     "Messenger",
     "NullAudit",
     "ProcessService",
+    "Reservation",
     "Services",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coterie.runtime.tool import ToolRegistry
 from coterie.tools.calc import CALC_TOOLS
+from coterie.tools.catalogue import CATALOGUE_TOOLS
 from coterie.tools.connectors import CONNECTOR_TOOLS
 from coterie.tools.control import CONTROL_TOOLS
 from coterie.tools.delegation import DELEGATION_TOOLS
@@ -24,6 +25,7 @@ def builtin_registry() -> ToolRegistry:
         [
             *CONTROL_TOOLS,
             *CALC_TOOLS,
+            *CATALOGUE_TOOLS,
             *CONNECTOR_TOOLS,
             *PERSONA_TOOLS,
             *DELEGATION_TOOLS,
@@ -41,6 +43,7 @@ def builtin_registry() -> ToolRegistry:
 
 __all__ = [
     "CALC_TOOLS",
+    "CATALOGUE_TOOLS",
     "CONNECTOR_TOOLS",
     "CONTROL_TOOLS",
     "DELEGATION_TOOLS",

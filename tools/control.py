@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coterie.runtime.config import runtime_timezone
 from coterie.runtime.context import EndTask, TurnContext
-from coterie.runtime.messages import TodoItem, TodosSet
+from coterie.runtime.messages import TodoItem, TodosSet, render_todos
 from coterie.runtime.tool import tool
 
 THINK_REASON_MAX = 80
@@ -93,15 +93,6 @@ class TodoWriteArgs(BaseModel):
     )
 
 
-def _render(todos: list[TodoItem]) -> str:
-    if not todos:
-        return "The todo list is empty."
-    marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
-    lines = [f"{i}. {marks[t.status]} {t.content} ({t.priority})" for i, t in enumerate(todos, 1)]
-    done = sum(t.status == "completed" for t in todos)
-    return "\n".join([f"{done}/{len(todos)} completed", *lines])
-
-
 @tool(name="todo_write", timeout=30)
 async def todo_write(args: TodoWriteArgs, ctx: TurnContext) -> str:
     """Replace this conversation's todo list (content, status pending /
@@ -116,7 +107,7 @@ async def todo_write(args: TodoWriteArgs, ctx: TurnContext) -> str:
             todos=ctx.conversation.todos,
         )
     )
-    return _render(ctx.conversation.todos)
+    return render_todos(ctx.conversation.todos)
 
 
 class TodoReadArgs(BaseModel):
@@ -126,7 +117,7 @@ class TodoReadArgs(BaseModel):
 @tool(name="todo_read", timeout=30, allow_repeat=True)
 async def todo_read(args: TodoReadArgs, ctx: TurnContext) -> str:
     """Read this conversation's todo list."""
-    return _render(ctx.conversation.todos)
+    return render_todos(ctx.conversation.todos)
 
 
 class DraftArgs(BaseModel):

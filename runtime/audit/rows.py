@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coterie.runtime.messages import (
+    BudgetWarning,
+    Compacted,
     DelegationEvent,
     HistoryAppended,
     ModelCalled,
@@ -60,8 +62,15 @@ EVENT_COLUMNS: tuple[str, ...] = (
 )
 
 #: The kinds of event a conversation is rebuilt from (``AuditWriter.conversation``):
-#: its messages, its todo lists, its questions, and the turns left out of it.
-HISTORY_KINDS: tuple[str, ...] = ("chat_message", "todos", "question", "turn_dropped")
+#: its messages, its todo lists, its questions, the turns left out of it and
+#: its compactions (each holds the whole history from which it goes on).
+HISTORY_KINDS: tuple[str, ...] = (
+    "chat_message",
+    "todos",
+    "question",
+    "turn_dropped",
+    "compaction",
+)
 
 #: The ``error_kind`` of a ``schedule`` event whose fire did not run as scheduled.
 SCHEDULE_ERRORS: dict[str, str] = {
@@ -134,6 +143,16 @@ def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
         row["call_id"] = event.fire_id
         row["tool"] = event.entry_kind
         row["error_kind"] = SCHEDULE_ERRORS.get(event.outcome)
+    elif isinstance(event, Compacted):
+        # How it was compacted (summarized, dropped, elided), and a summarizer
+        # that failed shows up in a query for errors.
+        row["status"] = event.method
+        if event.error is not None:
+            row["error_kind"] = "compaction_failed"
+    elif isinstance(event, BudgetWarning):
+        row["status"] = "exceeded" if event.exceeded else "warning"
+        if event.exceeded:
+            row["error_kind"] = "budget_exceeded"
     elif isinstance(event, SkillsListed) and event.problems:
         # Skills the persona cannot use show up in a query for errors.
         row["error_kind"] = "invalid_skill"

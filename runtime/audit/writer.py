@@ -25,6 +25,7 @@ from coterie.runtime.audit.rows import EVENT_COLUMNS, HISTORY_KINDS
 from coterie.runtime.errors import AuditQueryError
 from coterie.runtime.messages import (
     ChatMessage,
+    Compacted,
     ConversationRecord,
     DelegationEvent,
     HistoryAppended,
@@ -364,6 +365,15 @@ class AuditWriter:
             event = turn_event_adapter.validate_json(payload)
             if kind == "chat_message":
                 record.messages.append(cast(HistoryAppended, event).message)
+            elif kind == "compaction":
+                # The history from here on is the compacted one; the messages
+                # its own turn added before it are in it (unless that turn
+                # was left out afterwards).
+                compacted = cast(Compacted, event)
+                kept = compacted.messages
+                if turn_id in dropped:
+                    kept = kept[: compacted.turn_start]
+                record.messages = list(kept)
             elif kind == "todos":
                 record.todos = cast(TodosSet, event).todos
             else:

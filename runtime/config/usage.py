@@ -57,6 +57,12 @@ class CompactionSettings(Strict):
     summary_max_tokens: int = Field(
         default=1024, ge=64, le=32_000, description="output tokens of one summary"
     )
+    timeout: float = Field(
+        default=120.0,
+        gt=0,
+        description="seconds one summarizer call may take; past it the older turns are "
+        "dropped (with a marker) instead",
+    )
     max_per_turn: int = Field(
         default=3,
         ge=1,

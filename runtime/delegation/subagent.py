@@ -58,8 +58,15 @@ from coterie.runtime.messages import (
 )
 from coterie.runtime.models.base import Model
 from coterie.runtime.runner import ToolRunner
-from coterie.runtime.services import AuditSink, NullAudit, ProcessService, Services
+from coterie.runtime.services import (
+    AuditSink,
+    BudgetService,
+    NullAudit,
+    ProcessService,
+    Services,
+)
 from coterie.runtime.tool import Deferred, ToolRegistry, ToolSpec, matches_any
+from coterie.runtime.usage.prices import PriceTable
 
 SUBAGENT_PROMPT = """\
 You are a subagent working for the persona `{persona}`, which handed you one \
@@ -129,13 +136,16 @@ class SubagentRun:
         registry: ToolRegistry,
         audit: AuditSink | None = None,
         processes: ProcessService | None = None,
+        budget: BudgetService | None = None,
     ) -> None:
+        """``budget``: the runtime's budgets (its calls count against the
+        persona that spawned it)."""
         self.request = request
         self.model = model
         self.audit: AuditSink = audit or NullAudit()
         self.conversation = Conversation(request.handle)
         self.turn_id = new_id("turn_")
-        self.services = Services(audit=self.audit, processes=processes)
+        self.services = Services(audit=self.audit, processes=processes, budget=budget)
         self.ctx = subagent_context(
             request, conversation=self.conversation, turn_id=self.turn_id, services=self.services
         )
@@ -145,6 +155,8 @@ class SubagentRun:
             runner=ToolRunner(output_cap=request.output_cap, timeout=request.tool_timeout),
             max_steps=request.max_steps,
             max_tokens=request.max_tokens,
+            prices=PriceTable.from_settings(request.settings.prices),
+            compaction=request.settings.compaction,
         )
         self.started = time.monotonic()
         self.first_model_call: float | None = None
@@ -393,11 +405,13 @@ class LocalSubagents:
         model_factory: Callable[[ModelConfig], Model],
         audit: AuditSink | None = None,
         processes: Callable[[], ProcessService] | None = None,
+        budget: BudgetService | None = None,
     ) -> None:
         self.registry = registry
         self.model_factory = model_factory
         self.audit = audit
         self.processes = processes
+        self.budget = budget
         self.launched = 0
 
     async def launch(self, request: SubagentRequest) -> Work:
@@ -408,6 +422,7 @@ class LocalSubagents:
             registry=self.registry,
             audit=self.audit,
             processes=self.processes() if self.processes else None,
+            budget=self.budget,
         )
         return _LocalWork(run)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 
 from coterie.runtime.config import ModelConfig
+from coterie.runtime.models.base import Model
 
 #: The window assumed for a model no pattern knows (an OpenAI-compatible
 #: server's own model): a provider's context-length error still triggers a
@@ -50,6 +51,21 @@ def known_window(provider: str, name: str) -> int | None:
     return best[1] if best else None
 
 
+def window_of(model: Model) -> int:
+    """The window of a built model: its entry's (see :func:`context_window`),
+    else a ``context_window`` attribute (models made in code), else as
+    :func:`context_window` would say for its provider and name."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "context_window") and hasattr(config, "provider"):
+        return context_window(config)
+    window = getattr(model, "context_window", None)
+    if isinstance(window, int) and window > 0:
+        return window
+    if model.provider in ("scripted", "function"):
+        return SCRIPTED_WINDOW
+    return known_window(model.provider, model.name) or DEFAULT_WINDOW
+
+
 def context_window(config: ModelConfig) -> int:
     """The window of a model entry (see the module's docstring)."""
     if config.context_window is not None:
@@ -59,4 +75,11 @@ def context_window(config: ModelConfig) -> int:
     return known_window(config.provider, config.name) or DEFAULT_WINDOW
 
 
-__all__ = ["DEFAULT_WINDOW", "KNOWN_WINDOWS", "SCRIPTED_WINDOW", "context_window", "known_window"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "KNOWN_WINDOWS",
+    "SCRIPTED_WINDOW",
+    "context_window",
+    "known_window",
+    "window_of",
+]

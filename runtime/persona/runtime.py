@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from coterie.runtime.config import Persona
+from coterie.runtime.config import Persona, merged_compaction
 from coterie.runtime.context import Conversation
 from coterie.runtime.delegation import Delegations
 from coterie.runtime.errors import CoterieError, PersonaPassivatedError
@@ -45,6 +45,7 @@ from coterie.runtime.messages import (
     StreamItem,
     inbox_id,
 )
+from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.models.base import Model
 from coterie.runtime.persona.host import Launchers, PersonaHost
 from coterie.runtime.persona.queues import Batch, ConversationQueues
@@ -53,6 +54,7 @@ from coterie.runtime.persona.wiring import PersonaWiring
 from coterie.runtime.runner import ToolRunner
 from coterie.runtime.services import Services
 from coterie.runtime.tool import ToolRegistry
+from coterie.runtime.usage.prices import PriceTable
 
 log = logging.getLogger("coterie.persona")
 
@@ -90,6 +92,12 @@ class PersonaRuntime:
             deliver=self.post,
         )
         cfg = persona.config
+        settings = self.host.settings
+        compaction = merged_compaction(settings.compaction, cfg.compaction)
+        # A cheaper model for summaries, when one is named (built once).
+        self.summarizer = (
+            build_model_or_unavailable(compaction.model) if compaction.model is not None else None
+        )
         self.loop = TurnLoop(
             model=model,
             registry=registry,
@@ -97,6 +105,9 @@ class PersonaRuntime:
             max_steps=cfg.max_steps,
             max_tokens=cfg.model.max_tokens,
             sources=[McpToolSource(self.wiring.mcp)],
+            prices=PriceTable.from_settings(settings.prices),
+            compaction=compaction,
+            summarizer=self.summarizer,
         )
         self.turns = TurnBuilder(persona, loop=self.loop, services=self.services, host=self.host)
         # Fires being accepted from the scheduler right now (see receive).
@@ -291,6 +302,8 @@ class PersonaRuntime:
         await self.wiring.aclose()
         await self.turns.scheduled.aclose()
         await self.model.aclose()
+        if self.summarizer is not None:
+            await self.summarizer.aclose()
 
 
 __all__ = ["PersonaRuntime"]

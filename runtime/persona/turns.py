@@ -197,7 +197,8 @@ class TurnBuilder:
                 # The persona died mid-tool-call: its calls get a result, or no
                 # provider would accept the conversation again.
                 self._append(ctx, missing)
-        mark = len(conversation.history)  # where this turn's own messages start
+        # Where this turn's own messages start (a compaction moves it).
+        conversation.turn_start = len(conversation.history)
         for pending in batch.new:
             env = pending.envelope
             text = render_input(env)
@@ -221,7 +222,7 @@ class TurnBuilder:
             self._set_question(ctx, result.question)
         self.scheduled.drop_turn(
             conversation.history,
-            mark,
+            conversation.turn_start,
             schedule,
             result,
             conversation_id=conversation.id,

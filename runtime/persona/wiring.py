@@ -95,6 +95,7 @@ class PersonaWiring:
             model_factory=build_model_or_unavailable,
             audit=self.services.audit,
             processes=processes,
+            budget=self.services.budget,
         )
 
     def running(self) -> int:
