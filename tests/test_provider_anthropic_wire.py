@@ -42,12 +42,15 @@ async def srv() -> AsyncIterator[FakeAnthropicServer]:
 
 
 def make_model(base_url: str, *, api_key: str | None = KEY, **config: Any) -> AnthropicModel:
+    # Prompt caching off: these tests read the wire shape block by block, and
+    # the cache breakpoints have their own tests (tests/test_usage_wire.py).
     cfg = AnthropicModelConfig.model_validate(
         {
             "provider": "anthropic",
             "name": "claude-test",
             "base_url": base_url,
             "timeout": 5.0,
+            "cache": False,
             **config,
         }
     )

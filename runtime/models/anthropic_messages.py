@@ -1,5 +1,16 @@
 """The Anthropic Messages API: its wire format, on the shared :class:`SDKModel`.
 
+Prompt caching (``cache``, on by default): a request carries at most four
+``cache_control`` breakpoints (the API's limit), on the last tool definition,
+on the system prompt (sent as one text block), on the last block of the last
+message, and on the last block of the user message before it, which is where
+the previous call of the same conversation put its last breakpoint, so that
+call's cached prefix is read back. The API caches tools, then system, then
+messages: nothing in them may change from call to call but the history's end
+(the blocks are built the same way every time). The breakpoints on the
+history move on as it grows, which is the API's own pattern for a
+conversation: a marker says where to cache, it is not part of what is cached.
+
 The ``anthropic`` package is imported lazily so that importing this module
 never pays for the SDK.
 """
@@ -31,10 +42,17 @@ if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
     from anthropic.types import Message
 
-__all__ = ["AnthropicModel", "anthropic_usage"]
+__all__ = ["MAX_CACHE_BREAKPOINTS", "AnthropicModel", "anthropic_usage", "mark_history_cache"]
 
 # Headroom for the visible answer on top of the thinking budget.
 _ANSWER_HEADROOM = 1024
+
+#: The API rejects a request with more cache breakpoints than this.
+MAX_CACHE_BREAKPOINTS = 4
+
+# Blocks the API does not let carry a ``cache_control`` (they are cached as
+# part of the prefix all the same).
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 
 
 class AnthropicModel(SDKModel[AnthropicModelConfig]):
@@ -74,6 +92,9 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
 
         A stream that never starts a message (a proxy's page, a JSON body where
         events were due) is an invalid response, not the SDK's bare assertion.
+        Its usage is ``message_start``'s input and cache counts and
+        ``message_delta``'s output count: the SDK keeps the first where the
+        second leaves them out.
         """
         started = False
         async with client.messages.stream(**params) as stream:
@@ -96,7 +117,9 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
         # The history and the tool schemas go in the body as they are (already
         # wire-ready): as typed params the SDK walks and copies them on every
         # call. ``messages=[]`` only satisfies the signature (the body wins).
-        body: dict[str, Any] = {"messages": history_to_wire(request.messages)}
+        cache = self.config.cache
+        messages = history_to_wire(request.messages)
+        body: dict[str, Any] = {"messages": messages}
         params: dict[str, Any] = {
             "model": self.config.name,
             "messages": [],
@@ -104,9 +127,16 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
             "extra_body": body,
         }
         if request.system:
-            params["system"] = request.system
+            # In the body too; a list of one text block to carry a breakpoint.
+            body["system"] = (
+                [{"type": "text", "text": request.system, "cache_control": _ephemeral()}]
+                if cache
+                else request.system
+            )
+        if cache:
+            mark_history_cache(messages)
         if request.tools:
-            body["tools"] = [
+            tools: list[dict[str, Any]] = [
                 {
                     "name": tool.name,
                     "description": tool.description,
@@ -114,6 +144,9 @@ class AnthropicModel(SDKModel[AnthropicModelConfig]):
                 }
                 for tool in request.tools
             ]
+            if cache:
+                tools[-1]["cache_control"] = _ephemeral()
+            body["tools"] = tools
             choice = request.tool_choice
             if isinstance(choice, ToolChoiceNamed):
                 params["tool_choice"] = {"type": "tool", "name": choice.name}
@@ -201,6 +234,37 @@ def anthropic_usage(usage: object) -> Usage:
         cache_read_tokens=read,
         cache_write_tokens=written,
     )
+
+
+def mark_history_cache(messages: list[dict[str, Any]]) -> None:
+    """Put cache breakpoints (in place) on the last block of the last message
+    and of the user message before it: two of the four the API allows, the
+    other two being the tools' and the system prompt's.
+
+    In a growing conversation the user message before the last one is the
+    previous call's last message: its breakpoint reads back what that call
+    wrote, and the new last one writes the longer prefix for the next call.
+    A thinking block cannot carry a breakpoint, so the last block that can
+    is marked (none when a message holds only thinking).
+    """
+    if not messages:
+        return
+    marked = [messages[-1]]
+    earlier = next((m for m in reversed(messages[:-1]) if m.get("role") == "user"), None)
+    if earlier is not None:
+        marked.append(earlier)
+    for message in marked:
+        blocks = message.get("content")
+        if not isinstance(blocks, list):
+            continue
+        block = next((b for b in reversed(blocks) if b.get("type") not in _UNMARKABLE), None)
+        if block is not None:
+            block["cache_control"] = _ephemeral()
+
+
+def _ephemeral() -> dict[str, Any]:
+    # A new dict per breakpoint: none is shared between blocks or requests.
+    return {"type": "ephemeral"}
 
 
 def history_to_wire(history: list[ChatMessage]) -> list[dict[str, Any]]:

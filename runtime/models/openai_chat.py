@@ -157,13 +157,7 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
                 for _, c in sorted(calls.items())
             ],
             reasoning_content="".join(reasoning) if reasoning else None,
-            usage=Usage(
-                input_tokens=token_count(getattr(usage, "prompt_tokens", None)),
-                output_tokens=token_count(getattr(usage, "completion_tokens", None)),
-                cache_read_tokens=token_count(
-                    getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
-                ),
-            ),
+            usage=openai_usage(usage),
             stop_reason=finish_reason,
         )
 
@@ -329,17 +323,23 @@ class OpenAIChatModel(SDKModel[OpenAIModelConfig]):
         )
 
 
-def openai_usage(usage: dict[str, Any]) -> Usage:
-    """The neutral usage of a decoded ``usage`` object: ``prompt_tokens``
-    counts cached tokens too; ``prompt_tokens_details.cached_tokens`` is the
-    part read from the cache (OpenAI reports no cache writes)."""
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+def openai_usage(usage: object) -> Usage:
+    """The neutral usage of a ``usage`` object, decoded (a whole answer's) or
+    as the SDK built it (a stream's last chunk): ``prompt_tokens`` counts
+    cached tokens too; ``prompt_tokens_details.cached_tokens`` is the part
+    read from the cache (OpenAI reports no cache writes)."""
+    details = _usage_field(usage, "prompt_tokens_details")
     return Usage(
-        input_tokens=token_count(usage.get("prompt_tokens")),
-        output_tokens=token_count(usage.get("completion_tokens")),
-        cache_read_tokens=token_count(cached),
+        input_tokens=token_count(_usage_field(usage, "prompt_tokens")),
+        output_tokens=token_count(_usage_field(usage, "completion_tokens")),
+        cache_read_tokens=token_count(_usage_field(details, "cached_tokens")),
     )
+
+
+def _usage_field(value: object, name: str) -> object:
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
 
 
 def dump_json(value: object) -> bytes:

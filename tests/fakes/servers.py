@@ -17,6 +17,24 @@ events in the provider's streaming format (errors stay plain HTTP errors);
 ``cut_after`` drops the connection after that many events, for failures in
 the middle of a stream.
 
+Usage is the provider's own shape: ``usage=(input, output)`` and the prompt
+cache's figures ``cache_read=`` (both servers) and ``cache_write=``
+(Anthropic; OpenAI reports no cache writes). OpenAI's ``prompt_tokens`` (the
+``input``) counts the cached tokens too, its
+``prompt_tokens_details.cached_tokens`` is the cache read; Anthropic's
+``input_tokens`` (the ``input``) is the uncached part only, beside
+``cache_read_input_tokens`` and ``cache_creation_input_tokens``. Streamed,
+the figures come as the providers send them: OpenAI's in the last chunk,
+Anthropic's input and cache counts in ``message_start`` and the output
+count in ``message_delta``.
+
+``context_limit_chars`` (constructor argument or attribute) stands in for a
+model's context window: a request whose ``messages`` (and, for Anthropic,
+``system``) take more characters than that as JSON (:meth:`context_chars`)
+is refused with HTTP 400 in the provider's context-length error shape,
+without consuming a queued reply; the request is still recorded and counted
+in ``context_rejections``.
+
 Latency is an ``asyncio.sleep`` per response, so thousands of concurrent
 requests overlap instead of queueing behind each other.
 
@@ -74,9 +92,15 @@ class FakeModelServer(LocalHttpServer):
         model: str = "fake-model",
         backlog: int = 4096,
         record: bool = True,
+        context_limit_chars: int | None = None,
     ) -> None:
         super().__init__()
         self.latency = latency
+        #: Requests longer than this (:meth:`context_chars`) get the provider's
+        #: context-length error; ``None`` takes any length.
+        self.context_limit_chars = context_limit_chars
+        #: How many requests the context limit refused.
+        self.context_rejections = 0
         # ``record=False`` keeps no body or headers: a benchmark's server takes
         # thousands of requests and never reads them, and the parsed bodies it
         # would hold make each of its garbage collections longer.
@@ -217,9 +241,18 @@ class FakeModelServer(LocalHttpServer):
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids):06d}"
 
+    def context_chars(self, body: dict[str, Any]) -> int:
+        """How long a request body is for ``context_limit_chars``: the
+        characters of ``json.dumps`` (default settings) of its ``messages``."""
+        return len(json.dumps(body.get("messages", [])))
+
     # -- provider-specific shapes (overridden) ------------------------------
 
     def _error_body(self, status: int, message: str) -> Any:
+        raise NotImplementedError
+
+    def _context_error_body(self, tokens: int, limit: int) -> Any:
+        """The provider's answer to a request of ``tokens`` over a window of ``limit``."""
         raise NotImplementedError
 
     def _default_reply(self, request: dict[str, Any]) -> ScriptedReply:
@@ -250,6 +283,15 @@ class FakeModelServer(LocalHttpServer):
         if self.record:
             self.requests.append(payload)
             self.headers.append({k.lower(): v for k, v in http_request.headers.items()})
+        limit = self.context_limit_chars
+        if limit is not None and isinstance(payload, dict):
+            chars = self.context_chars(payload)
+            if chars > limit:
+                # Refused before any reply is taken: the queue stays as it was.
+                # Tokens as ~4 characters each, the request's rounded up.
+                self.context_rejections += 1
+                body = self._context_error_body(-(-chars // 4), limit // 4)
+                return web.json_response(body, status=400)
         # Take the reply on arrival so concurrent requests consume in order.
         reply = self._queue.popleft() if self._queue else self._default_reply(payload)
         self.in_flight += 1
@@ -327,6 +369,18 @@ class FakeOpenAIServer(FakeModelServer):
         }.get(status, "server_error" if status >= 500 else "invalid_request_error")
         return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
+    def _context_error_body(self, tokens: int, limit: int) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": f"This model's maximum context length is {limit} tokens. "
+                f"However, your messages resulted in {tokens} tokens. "
+                "Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+
     def _completion(
         self,
         message: dict[str, Any],
@@ -334,6 +388,7 @@ class FakeOpenAIServer(FakeModelServer):
         *,
         prompt_tokens: int = 10,
         completion_tokens: int = 5,
+        cached_tokens: int = 0,
     ) -> dict[str, Any]:
         return {
             "id": self._next_id("chatcmpl-fake"),
@@ -349,9 +404,11 @@ class FakeOpenAIServer(FakeModelServer):
                 }
             ],
             "usage": {
+                # Cached tokens are counted in prompt_tokens too.
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
             },
         }
 
@@ -407,13 +464,20 @@ class FakeOpenAIServer(FakeModelServer):
         reasoning_content: str | None = None,
         finish_reason: str = "stop",
         usage: tuple[int, int] = (10, 5),
+        cache_read: int = 0,
         latency: float | None = None,
         cut_after: int | None = None,
     ) -> None:
-        """Queue a plain assistant reply."""
+        """Queue a plain assistant reply; ``usage`` is ``(prompt_tokens,
+        completion_tokens)``, ``cache_read`` the part of the prompt tokens
+        read from the cache."""
         message = _openai_message(text, reasoning_content=reasoning_content)
         body = self._completion(
-            message, finish_reason, prompt_tokens=usage[0], completion_tokens=usage[1]
+            message,
+            finish_reason,
+            prompt_tokens=usage[0],
+            completion_tokens=usage[1],
+            cached_tokens=cache_read,
         )
         self.enqueue_raw(body, latency=latency, cut_after=cut_after)
 
@@ -425,6 +489,8 @@ class FakeOpenAIServer(FakeModelServer):
         call_id: str | None = None,
         text: str | None = None,
         reasoning_content: str | None = None,
+        usage: tuple[int, int] = (10, 5),
+        cache_read: int = 0,
         latency: float | None = None,
     ) -> None:
         """Queue one tool call; a ``str`` ``arguments`` is sent verbatim."""
@@ -432,6 +498,8 @@ class FakeOpenAIServer(FakeModelServer):
             [(name, arguments, call_id)],
             text=text,
             reasoning_content=reasoning_content,
+            usage=usage,
+            cache_read=cache_read,
             latency=latency,
         )
 
@@ -441,9 +509,12 @@ class FakeOpenAIServer(FakeModelServer):
         *,
         text: str | None = None,
         reasoning_content: str | None = None,
+        usage: tuple[int, int] = (10, 5),
+        cache_read: int = 0,
         latency: float | None = None,
     ) -> None:
-        """Queue several parallel tool calls ``(name, arguments, call_id)``."""
+        """Queue several parallel tool calls ``(name, arguments, call_id)``
+        (``usage`` and ``cache_read`` as for :meth:`enqueue_text`)."""
         tool_calls = [
             {
                 "id": call_id or self._next_id("call_"),
@@ -454,7 +525,14 @@ class FakeOpenAIServer(FakeModelServer):
         ]
         message = _openai_message(text, reasoning_content=reasoning_content)
         message["tool_calls"] = tool_calls
-        self.enqueue_raw(self._completion(message, "tool_calls"), latency=latency)
+        body = self._completion(
+            message,
+            "tool_calls",
+            prompt_tokens=usage[0],
+            completion_tokens=usage[1],
+            cached_tokens=cache_read,
+        )
+        self.enqueue_raw(body, latency=latency)
 
 
 def _openai_message(text: str | None, *, reasoning_content: str | None = None) -> dict[str, Any]:
@@ -481,6 +559,17 @@ class FakeAnthropicServer(FakeModelServer):
         }.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
+    def _context_error_body(self, tokens: int, limit: int) -> dict[str, Any]:
+        message = f"prompt is too long: {tokens} tokens > {limit} maximum"
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+
+    def context_chars(self, body: dict[str, Any]) -> int:
+        """As for OpenAI, with the ``system`` prompt's JSON (when sent) added."""
+        chars = super().context_chars(body)
+        if "system" in body:
+            chars += len(json.dumps(body["system"]))
+        return chars
+
     def _message(
         self,
         content: list[dict[str, Any]],
@@ -488,6 +577,8 @@ class FakeAnthropicServer(FakeModelServer):
         *,
         input_tokens: int = 10,
         output_tokens: int = 5,
+        cache_read: int = 0,
+        cache_write: int = 0,
     ) -> dict[str, Any]:
         return {
             "id": self._next_id("msg_fake"),
@@ -497,7 +588,17 @@ class FakeAnthropicServer(FakeModelServer):
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+            # input_tokens is the uncached part only.
+            "usage": {
+                "input_tokens": input_tokens,
+                "cache_creation_input_tokens": cache_write,
+                "cache_read_input_tokens": cache_read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": cache_write,
+                    "ephemeral_1h_input_tokens": 0,
+                },
+                "output_tokens": output_tokens,
+            },
         }
 
     def _text_body(self, text: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -541,14 +642,26 @@ class FakeAnthropicServer(FakeModelServer):
         *,
         stop_reason: str | None = None,
         usage: tuple[int, int] = (10, 5),
+        cache_read: int = 0,
+        cache_write: int = 0,
         latency: float | None = None,
         cut_after: int | None = None,
     ) -> None:
-        """Queue a message with these content blocks."""
+        """Queue a message with these content blocks; ``usage`` is
+        ``(input_tokens, output_tokens)``, the input being the uncached part,
+        and ``cache_read`` / ``cache_write`` the cache's read and created
+        input tokens."""
         if stop_reason is None:
             has_tool = any(block.get("type") == "tool_use" for block in content)
             stop_reason = "tool_use" if has_tool else "end_turn"
-        body = self._message(content, stop_reason, input_tokens=usage[0], output_tokens=usage[1])
+        body = self._message(
+            content,
+            stop_reason,
+            input_tokens=usage[0],
+            output_tokens=usage[1],
+            cache_read=cache_read,
+            cache_write=cache_write,
+        )
         self.enqueue_raw(body, latency=latency, cut_after=cut_after)
 
     def enqueue_text(
@@ -559,6 +672,8 @@ class FakeAnthropicServer(FakeModelServer):
         signature: str = "sig-fake",
         stop_reason: str = "end_turn",
         usage: tuple[int, int] = (10, 5),
+        cache_read: int = 0,
+        cache_write: int = 0,
         latency: float | None = None,
         cut_after: int | None = None,
     ) -> None:
@@ -566,7 +681,13 @@ class FakeAnthropicServer(FakeModelServer):
         content = [] if thinking is None else [self.thinking_block(thinking, signature)]
         content.append({"type": "text", "text": text})
         self.enqueue_content(
-            content, stop_reason=stop_reason, usage=usage, latency=latency, cut_after=cut_after
+            content,
+            stop_reason=stop_reason,
+            usage=usage,
+            cache_read=cache_read,
+            cache_write=cache_write,
+            latency=latency,
+            cut_after=cut_after,
         )
 
     def enqueue_tool_call(
@@ -576,12 +697,17 @@ class FakeAnthropicServer(FakeModelServer):
         *,
         call_id: str | None = None,
         text: str | None = None,
+        usage: tuple[int, int] = (10, 5),
+        cache_read: int = 0,
+        cache_write: int = 0,
         latency: float | None = None,
     ) -> None:
         """Queue one ``tool_use`` (optionally after some text)."""
         content = [] if not text else [{"type": "text", "text": text}]
         content.append(self.tool_use_block(name, arguments, call_id))
-        self.enqueue_content(content, latency=latency)
+        self.enqueue_content(
+            content, usage=usage, cache_read=cache_read, cache_write=cache_write, latency=latency
+        )
 
     def enqueue_thinking_then_tool_call(
         self,
@@ -592,6 +718,9 @@ class FakeAnthropicServer(FakeModelServer):
         signature: str = "sig-fake",
         call_id: str | None = None,
         text: str | None = None,
+        usage: tuple[int, int] = (10, 5),
+        cache_read: int = 0,
+        cache_write: int = 0,
         latency: float | None = None,
     ) -> None:
         """Queue ``thinking`` (with signature), optional text, then a ``tool_use``."""
@@ -599,4 +728,6 @@ class FakeAnthropicServer(FakeModelServer):
         if text:
             content.append({"type": "text", "text": text})
         content.append(self.tool_use_block(name, arguments, call_id))
-        self.enqueue_content(content, latency=latency)
+        self.enqueue_content(
+            content, usage=usage, cache_read=cache_read, cache_write=cache_write, latency=latency
+        )
