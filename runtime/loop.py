@@ -170,6 +170,8 @@ class TurnLoop:
         self.finder = registry.get(catalogue.FIND_TOOLS)
         # One estimator per model: each learns its provider's ratio.
         self._estimators: dict[tuple[str, str], TokenEstimator] = {}
+        # Windows smaller than configured, as providers' errors showed them.
+        self._windows: dict[tuple[str, str], int] = {}
 
     async def _source_specs(self) -> list[ToolSpec]:
         specs: list[ToolSpec] = []
@@ -301,14 +303,11 @@ class TurnLoop:
         definitions = [spec.definition() for spec in offered.values()]
         estimator = self._estimator(model)
         fixed = estimator.fixed_chars(system, definitions)
-        window = window_of(model)
-        # The reply's tokens share the window with the request.
-        limit = max(window - self.max_tokens, window // 4)
-        target = min(int(window * self.compaction.threshold), limit)
+        window, limit, target = self._limits(model)
         estimated = self._estimate(ctx, estimator, fixed)
         if estimated > target:
             estimated = await self._compact(
-                model, ctx, result, estimator, fixed, target, limit, "threshold"
+                model, ctx, result, estimator, fixed, target, limit, estimated, "threshold"
             )
         retried = False
         while True:
@@ -333,9 +332,13 @@ class TurnLoop:
                 if retried:
                     raise
                 retried = True
-                # The provider counted more than its window: learn that, then
-                # compact (whatever the estimate said) and send once more.
-                estimator.overflowed(request.messages, fixed_chars=fixed, window=window)
+                # The model's window is smaller than this request: learn that
+                # (for the summarizer too, when it is the same model), then
+                # compact and send once more.
+                learned = int(estimated * 0.9)
+                if learned < window:
+                    self._windows[(model.provider, model.name)] = learned
+                window, limit, target = self._limits(model)
                 ctx.conversation.anchor = None
                 estimated = await self._compact(
                     model,
@@ -345,6 +348,7 @@ class TurnLoop:
                     fixed,
                     target,
                     limit,
+                    estimated,
                     "context_length_error",
                 )
                 continue
@@ -379,6 +383,18 @@ class TurnLoop:
             # The runner may run every allowed tool, find_tools too.
             tools[catalogue.FIND_TOOLS] = self.finder
         return offered
+
+    def _window(self, model: Model) -> int:
+        """The model's window: as configured, or smaller when a provider's
+        context-length error showed it is."""
+        return self._windows.get((model.provider, model.name)) or window_of(model)
+
+    def _limits(self, model: Model) -> tuple[int, int, int]:
+        """The window, the most a request may hold (the reply's tokens share
+        the window) and where compaction starts."""
+        window = self._window(model)
+        limit = max(window - self.max_tokens, window // 4)
+        return window, limit, min(int(window * self.compaction.threshold), limit)
 
     def _estimator(self, model: Model) -> TokenEstimator:
         key = (model.provider, model.name)
@@ -481,6 +497,7 @@ class TurnLoop:
         fixed: int,
         target: int,
         limit: int,
+        estimated: int,
         reason: Literal["threshold", "context_length_error"],
     ) -> int:
         """Compact the conversation (see :mod:`runtime.compaction`); the
@@ -491,12 +508,16 @@ class TurnLoop:
         conversation = ctx.conversation
         history = conversation.history
         if result.compactions >= settings.max_per_turn:
+            # No compaction loops: past the bound a request that fits the
+            # window goes as it is, one that does not ends the turn.
+            if estimated <= limit:
+                return estimated
             raise ContextOverflowError(
                 f"this turn already compacted its conversation {result.compactions} times "
-                f"(compaction.max_per_turn) and its request still does not fit the "
-                f"{window_of(model)}-token window of {model.name}; it was not sent"
+                f"(compaction.max_per_turn) and its request (about {estimated} tokens) still "
+                f"does not fit the {self._window(model)}-token window of {model.name}; it "
+                "was not sent"
             )
-        result.compactions += 1
         turn_start = min(conversation.turn_start, len(history))
         if settings.memory_flush and ctx.services.memory is not None and turn_start > 0:
             await self._memory_flush(model, ctx, result)
@@ -522,7 +543,9 @@ class TurnLoop:
         compactor = Compactor(
             settings,
             summarize=summarize if settings.enabled else None,
-            chunk_tokens=max(512, int(window_of(summarizer) * 0.6) - settings.summary_max_tokens),
+            chunk_tokens=max(
+                512, int(self._window(summarizer) * 0.6) - settings.summary_max_tokens
+            ),
             timeout=settings.timeout,
             chars_per_token=lambda: estimator.chars_per_token,
         )
@@ -543,6 +566,7 @@ class TurnLoop:
                     "compacted; it was not sent"
                 )
             return outcome.tokens_after
+        result.compactions += 1
         conversation.history = outcome.messages
         conversation.turn_start = outcome.turn_start
         conversation.anchor = None

@@ -25,6 +25,7 @@ from coterie.runtime.messages import (
     now,
 )
 from coterie.runtime.models.base import TextSink
+from coterie.runtime.usage.tokens import definition_chars
 
 Reply = AssistantMessage | str
 StepFn = Callable[[ModelRequest], Reply | Awaitable[Reply]]
@@ -39,7 +40,9 @@ _CHARS_PER_TOKEN = 4
 
 
 def _usage(request: ModelRequest, message: AssistantMessage) -> Usage:
-    chars_in = len(request.system)
+    # What a provider would count: the system prompt, the messages and the
+    # tool definitions, at a fixed ratio.
+    chars_in = len(request.system) + sum(definition_chars(t) for t in request.tools)
     for m in request.messages:
         chars_in += len(m.content) if isinstance(m, ToolResultMessage) else len(m.text)
     chars_out = len(message.text) + sum(len(str(c.arguments)) for c in message.tool_calls)

@@ -145,13 +145,6 @@ class TokenEstimator:
             fixed_chars=fixed_chars,
         )
 
-    def overflowed(self, messages: Sequence[ChatMessage], *, fixed_chars: int, window: int) -> None:
-        """The provider refused a request as longer than its ``window``:
-        lower the ratio so that this request is estimated past it."""
-        chars = fixed_chars + sum(message_chars(m) for m in messages)
-        needed = chars / (window * 1.05)
-        self.chars_per_token = max(MIN_CHARS_PER_TOKEN, min(self.chars_per_token, needed))
-
 
 def _prefix_holds(anchor: Anchor, messages: Sequence[ChatMessage]) -> bool:
     if len(messages) < anchor.messages:
