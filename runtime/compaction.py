@@ -128,9 +128,11 @@ def split(history: Sequence[ChatMessage], turn_start: int) -> _Parts:
     older = list(history[:turn_start])
     head: UserMessage | None = None
     previous = ""
-    if older and isinstance(older[0], UserMessage) and older[0].source == COMPACTION_SOURCE:
-        head = older.pop(0)
-        previous = _summary_text(head.text)
+    first = older[0] if older else None
+    if isinstance(first, UserMessage) and first.source == COMPACTION_SOURCE:
+        head = first
+        older.pop(0)
+        previous = _summary_text(first.text)
     turns: list[list[ChatMessage]] = []
     for message in older:
         if not turns or starts_turn(message):
@@ -259,6 +261,7 @@ class Compactor:
         calls = 0
         summary = parts.previous_summary
         covered = 0  # turns summarized so far (from the oldest)
+        head: UserMessage | None
         while True:
             kept = turns[len(turns) - keep :] if keep else []
             covered_goal = len(turns) - keep

@@ -204,6 +204,7 @@ class BudgetLedger:
         return BudgetWarning(
             persona=persona,
             conversation_id=conversation_id,
+            turn_id="",  # the caller's turn fills it in
             scope=scope,
             period=period,
             limit_usd=account.limit,
