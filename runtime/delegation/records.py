@@ -69,6 +69,8 @@ class SubagentRequest(BaseModel):
 
     handle: str
     persona: str
+    #: The persona its model calls count against (None: ``persona``).
+    payer: str | None = None
     task: str
     model: ModelConfig
     tools: list[str]

@@ -108,6 +108,9 @@ def subagent_context(
         turn_id=turn_id,
         kind="subagent",
         depth=1,
+        # Who pays for its model calls: its parent, or the persona whose
+        # ask_persona chain the parent answers.
+        ask_path=[request.payer] if request.payer and request.payer != request.persona else [],
         settings=settings,
         services=services,
     )
@@ -323,6 +326,7 @@ async def start_subagent(
     request = SubagentRequest(
         handle=handle,
         persona=ctx.persona,
+        payer=ctx.billed_to,
         task=args.task,
         model=settings.models[args.model] if args.model else config.model,
         tools=[],
