@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from coterie import eval_cli, schedules_cli
+from coterie import eval_cli, schedules_cli, usage_cli
 from coterie.runtime.config import install_personas, load_persona_dir, persona_names, resolve_home
 from coterie.runtime.errors import AuditQueryError, CoterieError, PersonaConfigError
 from coterie.runtime.serve.client import ServerClient, ServerError, find_server
@@ -556,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     eval_cli.add_parser(sub)
     schedules_cli.add_parser(sub)
+    usage_cli.add_parser(sub)
     return parser
 
 
@@ -567,6 +568,7 @@ COMMANDS = {
     "audit": cmd_audit,
     "eval": eval_cli.cmd_eval,
     "schedules": schedules_cli.cmd_schedules,
+    "usage": usage_cli.cmd_usage,
     "serve": cmd_serve,
     "mcp-serve": cmd_mcp_serve,
     "status": cmd_status,

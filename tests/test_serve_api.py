@@ -308,6 +308,22 @@ def test_audit_summary_and_status(server: ServerState) -> None:
     assert body["audit"]["write_errors"] == 0
 
 
+def test_usage_by_the_persona_that_pays_and_a_bad_parameter(server: ServerState) -> None:
+    call(server, "POST", "/v1/personas/calc/messages", {"text": "u", "conversation_id": "c-u"})
+    status, body, _ = call(server, "GET", "/v1/usage?since=1h")
+    assert status == 200 and body["by"] == "persona" and "pays" in body["group_label"]
+    calc = next(r for r in body["rows"] if r["key"] == "calc")
+    # Two steps of a scripted model: they run locally, priced at 0 (not unpriced).
+    assert calc["calls"] >= 2 and calc["input_tokens"] > 0
+    assert calc["cost_usd"] == 0 and calc["unpriced_calls"] == 0
+    assert body["total"]["calls"] >= calc["calls"] and body["unpriced_models"] == []
+    status, body, _ = call(server, "GET", "/v1/usage?by=context")
+    assert status == 200 and "user" in {r["key"] for r in body["rows"]}
+    for query, field in (("since=soon", "since"), ("by=persona,model", "by")):
+        status, body, _ = call(server, "GET", f"/v1/usage?{query}")
+        assert status == 400 and body["error"]["field"] == field, query
+
+
 # -- questions and the web connector -------------------------------------------------------
 
 

@@ -139,6 +139,23 @@ def test_personas_status_and_audit_through_the_server(served: Served) -> None:
     assert json.loads(proc.stdout)[0]["n"] >= 1
 
 
+def test_usage_through_the_server(served: Served) -> None:
+    """While the server holds the audit log, coterie usage asks it (GET /v1/usage)."""
+    assert coterie(served.home, "ask", "calc", "what is 6*7?").returncode == 0
+    proc = coterie(served.home, "usage", "--since", "1h", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    calc = next(r for r in report["rows"] if r["key"] == "calc")
+    assert calc["calls"] >= 2 and calc["unpriced_calls"] == 0 and report["by"] == "persona"
+    proc = coterie(served.home, "usage", "--by", "model")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "usage by model: provider/model; all time;" in out and "served at http://" in out
+    assert "scripted/" in out and "total │" in out and "$0.0000" in out
+    proc = coterie(served.home, "usage", "--since", "whenever")
+    assert proc.returncode == 2 and "--since 'whenever'" in proc.stderr
+
+
 def test_eval_joins_the_servers_cluster(served: Served) -> None:
     task = ROOT / "configs" / "evals" / "arithmetic.yaml"
     proc = coterie(served.home, "eval", str(task), "--limit", "2", "--epochs", "1")

@@ -262,11 +262,68 @@ def test_the_audit_panel(page: Any, server: ServerState) -> None:
     assert int(row.locator("td[data-col=turns]").inner_text()) >= 1
     assert int(row.locator("td[data-col=output_tokens]").inner_text()) >= 1
     expect(page.locator("#audit-recent tr[data-persona=calc]").first).to_be_visible()
+    # Cost by the persona that pays: a scripted model is priced at 0, so no flag.
+    usage = page.locator("#usage-personas tbody tr[data-persona=calc]")
+    expect(usage).to_be_visible()
+    assert int(usage.locator("td[data-col=calls]").inner_text()) >= 2
+    expect(usage.locator("td[data-col=cost_usd]")).to_have_text("$0.0000")
+    expect(usage.locator("td[data-col=cache_hit_rate]")).to_have_text(re.compile(r"^\d+\.\d%$"))
+    expect(page.locator("#usage-personas tfoot tr[data-total] td[data-col=persona]")).to_have_text(
+        "total"
+    )
+    expect(page.locator("#usage-unpriced")).to_be_hidden()
+    page.locator("#usage-since").select_option("24h")
+    expect(page.locator("#audit-status")).to_contain_text("updated")
+    expect(usage).to_be_visible()
     page.locator("#audit-refresh").click()
     expect(page.locator("#audit-status")).to_contain_text("updated")
     expect(row).to_be_visible()
     page.locator("#tab-chat").click()
     expect(page.locator("#chat")).to_be_visible()
+
+
+def test_the_audit_panel_flags_calls_without_a_price(page: Any, server: ServerState) -> None:
+    """A model without a price: its cost is "?", never $0, and the note names it."""
+    from coterie.runtime.usage.report import UnpricedModel, UsageQuery, UsageReport, UsageRow
+
+    def row(key: str, calls: int, cost: float, unpriced: int) -> UsageRow:
+        sums = {"input_tokens": 1000 * calls, "output_tokens": 10, "cache_write_tokens": 0}
+        return UsageRow.of(
+            key, calls=calls, cache_read_tokens=500, cost_usd=cost, unpriced_calls=unpriced, **sums
+        )
+
+    rows = [row("ada", 3, 0.5, 1), row("bob", 2, 0.0, 2)]
+    report = UsageReport(
+        by="persona",
+        group_label="the persona that pays",
+        since=None,
+        timezone="UTC",
+        rows=rows,
+        total=row("total", 5, 0.5, 3),
+        by_caller=[],
+        unpriced_models=[UnpricedModel(provider="openai", model="mystery-1", calls=3)],
+    )
+    assert UsageQuery().by == report.by  # what the page asks for
+    page.route(
+        re.compile(r"/v1/usage\b"),
+        lambda route: route.fulfill(json=report.model_dump(mode="json")),
+    )
+    open_page(page, server)
+    page.locator("#tab-audit").click()
+    cost = "td[data-col=cost_usd]"
+    expect(page.locator(f"#usage-personas tr[data-persona=ada] {cost}")).to_have_text("$0.5000 + ?")
+    expect(page.locator(f"#usage-personas tr[data-persona=bob] {cost}")).to_have_text("?")
+    expect(page.locator(f"#usage-personas tr[data-persona=bob] {cost}")).to_have_class(
+        re.compile("unpriced")
+    )
+    expect(
+        page.locator("#usage-personas tr[data-persona=ada] td[data-col=cache_hit_rate]")
+    ).to_have_text("16.7%")
+    note = page.locator("#usage-unpriced")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("3 call(s) of models without a price")
+    expect(note).to_contain_text("openai/mystery-1 (3)")
+    expect(note).to_contain_text("prices: in runtime.yaml")
 
 
 def test_the_conversation_list_reloads_history(page: Any, server: ServerState) -> None:

@@ -16,6 +16,10 @@ request comes from loopback and ``serve.loopback_without_token`` is on):
   memory hits (``limit`` 1-50, default 8)
 - ``POST /v1/audit/query`` — ``{"sql"}``, read-only; ``GET /v1/audit/summary``
 - ``GET /v1/connectors``, ``GET /v1/connectors/{id}/messages?destination=&wait=``
+- ``GET /v1/usage?since=&by=`` — the model calls' tokens, cache hits and
+  cost since ``since`` (``24h``, ``7d``, an ISO date or date-time; default
+  all), grouped ``by`` persona (the persona that pays), model, day or
+  context; calls without a price counted apart (:mod:`runtime.usage.report`)
 - ``GET /v1/schedules?persona=`` — heartbeats, cron entries and pending
   reminders (of one persona): next fires in their zones, last outcomes,
   paused queues, schedule files that do not load
@@ -41,9 +45,14 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from coterie.runtime.config import ServeSettings, load_persona_dir, persona_names
+from coterie.runtime.config import (
+    ServeSettings,
+    load_persona_dir,
+    persona_names,
+    runtime_timezone,
+)
 from coterie.runtime.connectors.mailbox import MailboxConnector
-from coterie.runtime.errors import CoterieError
+from coterie.runtime.errors import AuditQueryError, CoterieError
 from coterie.runtime.frontdoor import FrontDoor
 from coterie.runtime.messages import MessageEnvelope, Origin, StreamItem
 from coterie.runtime.serve import openai_compat
@@ -64,6 +73,7 @@ from coterie.runtime.serve.http import (
     sse_event,
     valid_id,
 )
+from coterie.runtime.usage.report import UsageQuery, parse_grouping, parse_since, usage_report
 
 STATIC = Path(__file__).parent / "static"
 #: Personas listed per page of ``GET /v1/personas`` (and at most).
@@ -310,6 +320,23 @@ async def audit_summary(request: web.Request) -> web.Response:
     )
 
 
+async def usage(request: web.Request) -> web.Response:
+    """The usage report: ``since`` (default all), ``by`` (default persona);
+    a bad value is 400 naming its parameter."""
+    zone = runtime_timezone()
+    try:
+        since = parse_since(request.query.get("since"), zone=zone)
+    except AuditQueryError as exc:
+        raise ApiError(400, "invalid_query", str(exc), "since") from None
+    try:
+        by = parse_grouping(request.query.get("by"))
+    except AuditQueryError as exc:
+        raise ApiError(400, "invalid_query", str(exc), "by") from None
+    spec = UsageQuery(by=by, since=since, timezone=zone.key)
+    report = await usage_report(backend_of(request).query_async, spec)
+    return web.json_response(report.model_dump(mode="json"))
+
+
 async def list_connectors(request: web.Request) -> web.Response:
     status_data = await backend_of(request).status_async()
     return web.json_response({"connectors": status_data.get("connectors", [])})
@@ -364,6 +391,7 @@ def build_app(
     app.router.add_get("/v1/personas/{name}/recall", recall)
     app.router.add_post("/v1/audit/query", audit_query)
     app.router.add_get("/v1/audit/summary", audit_summary)
+    app.router.add_get("/v1/usage", usage)
     app.router.add_get("/v1/connectors", list_connectors)
     app.router.add_get("/v1/connectors/{connector}/messages", connector_messages)
     app.router.add_get("/v1/schedules", schedules)

@@ -635,11 +635,52 @@ async function loadAudit() {
         ),
       ),
     );
+    await loadUsage();
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
     status.className = "error";
     status.textContent = err.message;
   }
+}
+
+// -- the usage table (in the audit panel) ---------------------------------------------
+
+/** "$0.0123"; "?" when no call of the row had a price, "$0.0123 + ?" when some had none. */
+function costText(row) {
+  if (!row.unpriced_calls) return `$${row.cost_usd.toFixed(4)}`;
+  if (row.unpriced_calls === row.calls) return "?";
+  return `$${row.cost_usd.toFixed(4)} + ?`;
+}
+
+function usageRow(row, { total = false } = {}) {
+  const rate = row.cache_hit_rate === null ? "" : `${(row.cache_hit_rate * 100).toFixed(1)}%`;
+  const cell = (col, text, extra = "") =>
+    el("td", { dataset: { col }, class: `num ${extra}`.trim() }, text);
+  return el(
+    "tr",
+    { dataset: total ? { total: "" } : { persona: row.key } },
+    el("td", { dataset: { col: "persona" } }, total ? "total" : row.key),
+    cell("calls", String(row.calls)),
+    cell("input_tokens", String(row.input_tokens)),
+    cell("output_tokens", String(row.output_tokens)),
+    cell("cache_hit_rate", rate),
+    cell("cost_usd", costText(row), row.unpriced_calls ? "unpriced" : ""),
+    cell("unpriced_calls", row.unpriced_calls ? String(row.unpriced_calls) : ""),
+  );
+}
+
+async function loadUsage() {
+  const since = $("#usage-since").value;
+  const data = await api(`v1/usage?by=persona${since ? `&since=${encodeURIComponent(since)}` : ""}`);
+  $("#usage-personas tbody").replaceChildren(...data.rows.map((row) => usageRow(row)));
+  $("#usage-personas tfoot").replaceChildren(usageRow(data.total, { total: true }));
+  const note = $("#usage-unpriced");
+  note.hidden = !data.unpriced_models.length;
+  note.textContent = data.unpriced_models.length
+    ? `?: ${data.total.unpriced_calls} call(s) of models without a price, not in the costs: ` +
+      data.unpriced_models.map((m) => `${m.provider}/${m.model} (${m.calls})`).join(", ") +
+      ". Give them one under prices: in runtime.yaml."
+    : "";
 }
 
 // -- the schedules panel ------------------------------------------------------------
@@ -743,6 +784,7 @@ function wire() {
   $("#tab-audit").addEventListener("click", () => showTab("audit"));
   $("#tab-schedules").addEventListener("click", () => showTab("schedules"));
   $("#audit-refresh").addEventListener("click", loadAudit);
+  $("#usage-since").addEventListener("change", loadAudit);
   $("#schedules-refresh").addEventListener("click", loadSchedules);
   // A #token=… pasted into the open tab changes only the fragment: no reload.
   window.addEventListener("hashchange", () => {
