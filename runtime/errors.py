@@ -137,6 +137,9 @@ ErrorKind = Literal[
     # a conversation that cannot be fitted into the model's window)
     "budget_exceeded",
     "context_overflow",
+    # audit rows only (``compaction`` events): the summarizer failed, the
+    # oldest turns were dropped instead
+    "compaction_failed",
     # audit rows only (``schedule`` events): fires that did not run as scheduled
     "schedule_missed",
     "schedule_failed",

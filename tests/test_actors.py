@@ -62,6 +62,23 @@ def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[
         },
     )
     write_persona(home, "broken", {"model": {"provider": "nonsense"}})
+    # A priced model and a budget too small for one call (kept by the router).
+    write_persona(
+        home,
+        "frugal",
+        {
+            "model": {"provider": "scripted", "name": "frugal-model", "default": "spent"},
+            "budget": {"daily_usd": 0.0001},
+        },
+    )
+    write_persona(
+        home,
+        "lavish",
+        {"model": {"provider": "scripted", "name": "frugal-model", "default": "spent"}},
+    )
+    (home / "runtime.yaml").write_text(
+        "prices:\n  frugal-*: {input: 1, output: 1}\n", encoding="utf-8"
+    )
     runtime = Runtime.start(home=home)
     yield runtime
     runtime.shutdown()
@@ -85,6 +102,21 @@ def test_ask_and_audit(rt: Runtime) -> None:
         "and conversation_id = 'toolish:t1' order by tool"
     )
     assert errors.rows == [("clock", "invalid_arguments"), ("todo_write", None)]
+
+
+def test_a_budget_the_router_keeps_refuses_a_call_it_cannot_afford(rt: Runtime) -> None:
+    reply = rt.ask("frugal", "hi", conversation_id="frugal:t1")
+    assert reply.status == "error" and "budget_exceeded" in (reply.error or "")
+    assert "persona 'frugal'" in (reply.error or "")
+    # Another persona on the same priced model has no budget: it is served.
+    assert rt.ask("lavish", "hi", conversation_id="lavish:t1").text == "spent"
+    rt.flush()
+    rows = rt.query("select persona, status, error_kind from events where kind = 'budget'").rows
+    assert rows == [("frugal", "exceeded", "budget_exceeded")]
+    (cost,) = rt.query(
+        "select cost_usd from events where kind = 'model_call' and persona = 'lavish'"
+    ).rows[0]
+    assert cost is not None and cost > 0
 
 
 def test_conversation_continues_across_asks(rt: Runtime) -> None:
@@ -248,12 +280,23 @@ def test_persona_freezes_its_heap_when_set_up_and_after_its_first_turn_only(rt: 
 def test_personas_listing(rt: Runtime) -> None:
     listing = {p.name: p for p in rt.personas()}
     # Every persona the fixture wrote, except the one whose file is broken.
-    assert set(listing) == {"echo", "toolish", "slow", "settler", "lookups", "keyless"}
+    assert set(listing) == {
+        "echo",
+        "toolish",
+        "slow",
+        "settler",
+        "lookups",
+        "keyless",
+        "frugal",
+        "lavish",
+    }
     assert {name: p.description for name, p in listing.items()} == {
         "echo": "echoes",
         "toolish": "",
         "slow": "",
         "settler": "",
+        "frugal": "",
+        "lavish": "",
         "lookups": "",
         "keyless": "",
     }
