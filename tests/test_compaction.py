@@ -507,3 +507,58 @@ async def test_an_overflow_from_a_local_openai_server_compacts_once_and_retries_
         assert "context_length_exceeded" in (calls[0].error or "") or "maximum context" in (
             calls[0].error or ""
         )
+
+
+async def test_memory_flush_lets_the_persona_save_facts_before_a_compaction(
+    tmp_path: Path,
+) -> None:
+    from coterie.runtime.loop import MEMORY_FLUSH_NOTE
+    from coterie.runtime.memory import HashingEmbedder, MemoryClient, MemoryServer, MemoryStore
+
+    store = MemoryStore(str(tmp_path / "memory"), HashingEmbedder(dim=64))
+    memory = MemoryClient(MemoryServer.serving(store), "tester")
+
+    def answer(request: ModelRequest) -> AssistantMessage | str:
+        last = request.messages[-1]
+        if isinstance(last, UserMessage) and last.text == MEMORY_FLUSH_NOTE:
+            # Only the memory tool is offered for this step.
+            assert [t.name for t in request.tools] == ["memory"]
+            return AssistantMessage(
+                tool_calls=[
+                    ToolCall(
+                        id="m1",
+                        name="memory",
+                        arguments={"action": "write", "content": "door code 4711"},
+                    )
+                ]
+            )
+        return "ok " * 30
+
+    model = WindowedModel(2500, answer)
+    audit = NullAudit()
+    loop = small_loop(model, compaction=CompactionSettings(keep_turns=1, memory_flush=True))
+    conversation = Conversation("flush")
+    n = 0
+    while not any(isinstance(e, Compacted) for e in audit.events):
+        n += 1
+        ctx = dataclasses.replace(
+            turn_context(
+                settings=TurnSettings(tool_filter=ToolFilter(allow=["clock", "memory"])),
+                services=Services(audit=audit, memory=memory),
+                turn_id=f"t{n}",
+            ),
+            conversation=conversation,
+        )
+        conversation.turn_start = len(conversation.history)
+        conversation.history.append(UserMessage(text=f"turn {n}: " + "words " * 40))
+        await loop.run(ctx, system="s")
+        assert n < 60
+    rows = await memory.recall(query="door code")
+    assert any("4711" in hit.content for hit in rows)
+    purposes = [e.purpose for e in audit.events if isinstance(e, ModelCalled)]
+    assert purposes.count("memory_flush") == 1
+    assert purposes.index("memory_flush") < purposes.index("compaction")
+    # The flush's own messages stay out of the conversation.
+    assert not any(
+        isinstance(m, UserMessage) and m.text == MEMORY_FLUSH_NOTE for m in conversation.history
+    )
