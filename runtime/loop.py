@@ -16,6 +16,7 @@ cron) that ends in plain text gets one forced ``end_task`` follow-up.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ from coterie.runtime.tool import ToolRegistry, ToolSource, ToolSpec
 from coterie.runtime.usage.budget import BudgetGuard
 from coterie.runtime.usage.prices import PriceTable
 from coterie.runtime.usage.tokens import Anchor, TokenEstimator
+
+log = logging.getLogger("coterie.loop")
 
 STEP_LIMIT_NOTE = (
     "[harness] The step limit of this turn ({max_steps} model calls) is reached. "
@@ -484,6 +487,14 @@ class TurnLoop:
 
     async def _settle(self, ctx: TurnContext, ticket: str | None, cost: float | None) -> None:
         for warning in await self.budget.settle(ctx.services.budget, ticket, cost):
+            log.warning(
+                "%s: %s has spent $%.4f of its %s budget of $%.2f",
+                ctx.persona,
+                warning.scope,
+                warning.spent_usd,
+                "daily" if warning.period == "day" else "monthly",
+                warning.limit_usd,
+            )
             ctx.audit.record(warning.model_copy(update={"turn_id": ctx.turn_id}))
 
     # -- compaction --------------------------------------------------------
