@@ -16,8 +16,9 @@ is ``find_tools``'s matching.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from coterie.runtime.config import ToolFilter
 from coterie.runtime.config.persona import CATALOGUE_AUTO_ABOVE
@@ -69,17 +70,25 @@ def offer(
     ``revealed``: the names found on this turn so far."""
     if finder is None or not active(tool_filter, len(tools)):
         return dict(tools), {}
-    core = tuple(tool_filter.core) if tool_filter.core is not None else DEFAULT_CORE
+    core = _core_matcher(tuple(tool_filter.core) if tool_filter.core is not None else DEFAULT_CORE)
     shown: dict[str, ToolSpec] = {}
     hidden: dict[str, ToolSpec] = {}
     for name, spec in tools.items():
-        if name in revealed or any(fnmatch.fnmatchcase(name, p) for p in core):
+        if name in revealed or core(name) is not None:
             shown[name] = spec
         else:
             hidden[name] = spec
     if hidden:
         shown[FIND_TOOLS] = finder
     return shown, hidden
+
+
+@functools.lru_cache(maxsize=64)
+def _core_matcher(patterns: tuple[str, ...]) -> Callable[[str], object]:
+    """One regex for a core list (offer runs before every model call)."""
+    if not patterns:
+        return lambda name: None
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns)).match
 
 
 def one_line(spec: ToolSpec) -> str:
