@@ -8,7 +8,9 @@ AuditLog actor and their memories to its MemoryStore (a scope per sample).
 :class:`RayExecutor` starts the pool (round-robin over the alive nodes),
 sends each attempt to the worker with the
 fewest in flight, and replaces a worker that died (the attempt is then an
-``error``, retried by the runner).
+``error``, retried by the runner). A run with ``--max-cost`` has one
+:class:`EvalBudgetActor` (a shell over :class:`runtime.eval.budget.RunBudget`)
+that every worker's model calls reserve through.
 """
 
 from __future__ import annotations
@@ -26,10 +28,44 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from coterie.actors._ray import audit_buffer_for, audit_name, memory_backend, memory_name, remote
 from coterie.runtime.config import RuntimeSettings
+from coterie.runtime.eval.budget import RunBudget
 from coterie.runtime.eval.plan import RunPlan
 from coterie.runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
 from coterie.runtime.memory import MemoryClient
+from coterie.runtime.usage.budget import RouterBudget
 from coterie.tools import builtin_registry
+
+
+class EvalBudgetActor:
+    """An eval run's budget, shared by its workers (methods named like the
+    router's, so that :class:`RouterBudget` is its client)."""
+
+    def __init__(self, run_id: str, limit: float, base: float) -> None:
+        self.budget = RunBudget(run_id, limit, base=base)
+
+    async def budget_reserve(
+        self, payer: str, amount: float | None, model: str, persona: str, conversation_id: str
+    ) -> str | None:
+        reservation = await self.budget.reserve(
+            payer, amount, model=model, persona=persona, conversation_id=conversation_id
+        )
+        return reservation.ticket
+
+    async def budget_settle(self, ticket: str, cost: float | None) -> list[str]:
+        return [w.model_dump_json() for w in await self.budget.settle(ticket, cost)]
+
+    async def state(self) -> tuple[float, str | None]:
+        return self.budget.state()
+
+
+EvalBudgetRemote = ray.remote(num_cpus=0, max_restarts=0)(EvalBudgetActor)
+
+
+def _budget_client(actor: Any) -> RouterBudget:
+    async def call(method: str, *args: Any) -> Any:
+        return await remote(getattr(actor, method).remote(*args))
+
+    return RouterBudget(call)
 
 
 class EvalWorkerActor:
@@ -44,6 +80,7 @@ class EvalWorkerActor:
         namespace: str,
         settings: RuntimeSettings,
         connections: int,
+        budget: Any = None,
     ) -> None:
         self.scratch = Path(tempfile.mkdtemp(prefix="coterie-eval-"))
         audit = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
@@ -58,6 +95,7 @@ class EvalWorkerActor:
             # A sample's scope is new: no read of its (empty) user model.
             memory=lambda scope: MemoryClient(memory, scope, new_scope=True),
             node=ray.get_runtime_context().get_node_id(),
+            budget=_budget_client(budget) if budget is not None else None,
         )
 
     async def run(self, data: str) -> str:
@@ -91,6 +129,7 @@ class RayExecutor:
         namespace: str,
         settings: RuntimeSettings,
         max_connections: int,
+        budget: Any = None,
     ) -> None:
         self._args: dict[str, Any] = {
             "audit_actor": audit_actor,
@@ -99,6 +138,8 @@ class RayExecutor:
             "settings": settings,
             # Each worker gets its share of the per-provider connections.
             "connections": max(1, max_connections // workers),
+            # The run's EvalBudgetActor (--max-cost), or None.
+            "budget": budget,
         }
         self._solvers = {name: s.model_dump_json() for name, s in solvers.items()}
         # Round-robin over the nodes alive now; a replacement goes where Ray
@@ -117,10 +158,13 @@ class RayExecutor:
         ).remote(self._solvers, **self._args)
 
     @classmethod
-    def for_runtime(cls, plan: RunPlan, rt: Any, *, workers: int | None = None) -> RayExecutor:
+    def for_runtime(
+        cls, plan: RunPlan, rt: Any, *, workers: int | None = None, budget: Any = None
+    ) -> RayExecutor:
         """Workers for ``plan`` on a runtime (``coterie.Runtime``: its id,
         namespace and settings): ``workers``, or two per alive node (no more
-        than the task's ``max_samples``), using its audit and memory actors."""
+        than the task's ``max_samples``), using its audit and memory actors
+        (and ``budget``, an :class:`EvalBudgetActor`)."""
         alive = sum(1 for n in ray.nodes() if n.get("Alive"))
         count = workers or max(1, min(2 * alive, plan.task.max_samples))
         return cls(
@@ -131,6 +175,7 @@ class RayExecutor:
             namespace=rt.namespace,
             settings=rt.settings,
             max_connections=plan.task.max_connections,
+            budget=budget,
         )
 
     @property
@@ -186,4 +231,10 @@ class RayExecutor:
         self._actors = []
 
 
-__all__ = ["EvalWorkerActor", "EvalWorkerRemote", "RayExecutor"]
+__all__ = [
+    "EvalBudgetActor",
+    "EvalBudgetRemote",
+    "EvalWorkerActor",
+    "EvalWorkerRemote",
+    "RayExecutor",
+]

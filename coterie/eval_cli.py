@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 from rich.table import Table
 
 from coterie.runtime.config import resolve_home
 from coterie.runtime.errors import ConfigError
+from coterie.runtime.eval.budget import spent_sql
 from coterie.runtime.eval.plan import RunOptions, RunPlan, plan_resume, plan_run
 from coterie.runtime.eval.records import CompareReport, RunReport
 from coterie.runtime.eval.runner import EvalRunner, Progress
@@ -40,12 +42,32 @@ def add_parser(sub: Any) -> None:
         "--max-connections", type=int, help="model calls in flight per provider (max_connections)"
     )
     p.add_argument("--workers", type=int, help="eval worker actors (default: 2 per node)")
+    p.add_argument(
+        "--max-cost",
+        type=_usd,
+        metavar="USD",
+        help="stop the run before it spends more than USD dollars in all (with --resume: "
+        "a new cap for the run)",
+    )
     p.add_argument("--run-id", help="id of the new run (default: generated)")
     p.add_argument("--resume", metavar="RUN_ID", help="finish an interrupted run")
     p.add_argument("--list", action="store_true", help="list the runs")
     p.add_argument("--show", metavar="RUN_ID", help="scores of a run")
     p.add_argument("--by", metavar="FIELD", help="with --show: per value of a metadata field")
     p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="paired comparison")
+
+
+def _usd(text: str) -> float:
+    """``--max-cost``'s value: a positive, finite number of US dollars."""
+    try:
+        value = float(text.strip().removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an amount of US dollars (e.g. 5 or 0.50)"
+        ) from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the cap must be more than 0 dollars")
+    return value
 
 
 def _pct(value: float) -> str:
@@ -120,10 +142,24 @@ def _describe(p: Progress) -> str:
     return f"in flight {p.in_flight} · errors {p.errors} · limits {p.limits} · {score}"
 
 
+async def _budget(plan: RunPlan, rt: Any) -> Any:
+    """The run's budget actor (None without ``--max-cost``), starting from
+    what the run's earlier passes spent."""
+    limit = plan.options.max_cost
+    if limit is None:
+        return None
+    from coterie.actors.eval import EvalBudgetRemote
+
+    spent = float((await rt.query_async(spent_sql(plan.run.run_id))).rows[0][0] or 0.0)
+    console.print(f"  budget ${limit:.2f}, ${spent:.4f} spent by earlier passes")
+    return EvalBudgetRemote.remote(plan.run.run_id, limit, spent)  # type: ignore[attr-defined]
+
+
 async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore) -> Progress:
     from coterie.actors.eval import RayExecutor
 
-    executor = RayExecutor.for_runtime(plan, rt, workers=workers)
+    budget = await _budget(plan, rt)
+    executor = RayExecutor.for_runtime(plan, rt, workers=workers, budget=budget)
     placed = await executor.nodes()
     console.print(f"{executor.size} eval workers on {len(set(placed))} node(s)")
     columns = (
@@ -152,9 +188,16 @@ async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore
                 on_progress=show,
                 pass_tag=plan.pass_tag,
             )
-            return await runner.run()
+            progress = await runner.run()
+            if budget is not None:
+                progress.spent_usd, _ = await budget.state.remote()
+            return progress
     finally:
         await executor.aclose()
+        if budget is not None:
+            import ray
+
+            ray.kill(budget)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -178,7 +221,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print_compare(store.compare(*args.compare))
             return 0
         if args.resume:
-            plan = plan_resume(args.resume, home, store)
+            plan = plan_resume(args.resume, home, store, max_cost=args.max_cost)
         elif args.task:
             options = RunOptions(
                 persona=args.persona,
@@ -187,6 +230,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 epochs=args.epochs,
                 max_samples=args.max_samples,
                 max_connections=args.max_connections,
+                max_cost=args.max_cost,
             )
             plan = plan_run(Path(args.task), home, store, options, run_id=args.run_id)
         else:
@@ -234,5 +278,15 @@ def _run(plan: RunPlan, args: argparse.Namespace, store: EvalStore) -> int:
         f"done: {progress.done - progress.skipped} run now, {progress.skipped} already finished, "
         f"{progress.errors} errors, {progress.retries} retries; on nodes {nodes or '-'}"
     )
+    if progress.spent_usd is not None:
+        console.print(f"spent ${progress.spent_usd:.4f} of ${plan.options.max_cost:.2f}")
+    if progress.stopped is not None:
+        console.print(f"[yellow]stopped[/]: {escape(progress.stopped)}", highlight=False)
+        console.print(
+            f"what finished is saved; resume with `coterie eval --resume {plan.run.run_id} "
+            "--max-cost USD` (a higher cap)"
+        )
+        print_report(store.report(plan.run.run_id))
+        return 1
     print_report(store.report(plan.run.run_id))
     return 0 if progress.errors == 0 else 1

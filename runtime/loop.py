@@ -64,6 +64,15 @@ from coterie.runtime.usage.tokens import Anchor, TokenEstimator
 
 log = logging.getLogger("coterie.loop")
 
+#: A budget error's period as a warning event names it.
+_PERIODS: dict[str, Literal["day", "month", "run"]] = {
+    "daily": "day",
+    "monthly": "month",
+    "run": "run",
+}
+#: A warning event's period as a log line names it.
+_PERIOD_WORDS = {"day": "daily", "month": "monthly", "run": "run"}
+
 STEP_LIMIT_NOTE = (
     "[harness] The step limit of this turn ({max_steps} model calls) is reached. "
     "Tools are now disabled: reply with a short text summary of what was done "
@@ -443,7 +452,7 @@ class TurnLoop:
                     conversation_id=ctx.conversation_id,
                     turn_id=ctx.turn_id,
                     scope=exc.scope,
-                    period="month" if exc.period == "monthly" else "day",
+                    period=_PERIODS.get(exc.period, "day"),
                     limit_usd=exc.limit,
                     spent_usd=round(exc.spent, 6),
                     exceeded=True,
@@ -492,7 +501,7 @@ class TurnLoop:
                 ctx.persona,
                 warning.scope,
                 warning.spent_usd,
-                "daily" if warning.period == "day" else "monthly",
+                _PERIOD_WORDS[warning.period],
                 warning.limit_usd,
             )
             ctx.audit.record(warning.model_copy(update={"turn_id": ctx.turn_id}))

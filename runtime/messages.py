@@ -602,11 +602,12 @@ class Compacted(_Event):
 
 class BudgetWarning(_Event):
     """Spending passed a budget's warning share (``budget.warn_at``), or
-    its limit, which refuses further model calls until the period ends."""
+    its limit, which refuses further model calls until the period ends
+    (``run``: an eval run's ``--max-cost``, for the rest of the run)."""
 
     kind: Literal["budget"] = "budget"
     scope: str
-    period: Literal["day", "month"]
+    period: Literal["day", "month", "run"]
     limit_usd: float
     spent_usd: float
     exceeded: bool = False

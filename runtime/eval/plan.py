@@ -5,6 +5,8 @@ store to resume a run.
 A run's record keeps the task as it ran (``task_json``: the task and the
 options that changed it), so ``--resume RUN_ID`` runs the very same task —
 the dataset is read again (its samples are inputs), finished results are not.
+A run with a spending cap (``max_cost``) is refused before it is recorded
+when the solver's or a grader's model has no price.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from coterie.runtime.config import load_persona
+from coterie.runtime.config import load_persona, load_settings
 from coterie.runtime.errors import ConfigError
+from coterie.runtime.eval.budget import check_priced
 from coterie.runtime.eval.dataset import load_samples
 from coterie.runtime.eval.records import RunRecord
 from coterie.runtime.eval.runner import model_label, parse_model_option, resolve_solver
@@ -27,6 +30,7 @@ from coterie.runtime.eval.scorers import Scorer, build_scorers, grader_of, needs
 from coterie.runtime.eval.store import EvalStore
 from coterie.runtime.eval.task import EvalTask, Sample, TaskFileError, load_task
 from coterie.runtime.eval.worker import SolverSetup
+from coterie.runtime.usage.prices import PriceTable
 
 SOLVER = "solver"
 
@@ -40,6 +44,8 @@ class RunOptions(BaseModel):
     epochs: int | None = None
     max_samples: int | None = None
     max_connections: int | None = None
+    # US dollars the whole run may spend (its earlier passes included).
+    max_cost: float | None = Field(default=None, gt=0)
 
 
 @dataclass
@@ -128,6 +134,8 @@ def plan_run(
         raise TaskFileError(str(path), ["dataset: it has no samples"])
     scorers = build_scorers(task)
     solvers, graders = _solvers(task, scorers, home, options)
+    if options.max_cost is not None:
+        check_priced(solvers, PriceTable.from_settings(load_settings(home).prices))
     run = RunRecord(
         run_id=run_id or new_run_id(),
         task=task.name,
@@ -147,8 +155,11 @@ def plan_run(
     return RunPlan(task, samples, run, solvers, graders, scorers, options)
 
 
-def plan_resume(run_id: str, home: Path, store: EvalStore) -> RunPlan:
-    """The recorded run ``run_id``, to run what it has not finished."""
+def plan_resume(
+    run_id: str, home: Path, store: EvalStore, *, max_cost: float | None = None
+) -> RunPlan:
+    """The recorded run ``run_id``, to run what it has not finished;
+    ``max_cost`` replaces the run's cap (the one it was started with)."""
     run = store.get_run(run_id)
     if run is None:
         raise ConfigError(f"no eval run {run_id!r} in {store.path}")
@@ -158,9 +169,13 @@ def plan_resume(run_id: str, home: Path, store: EvalStore) -> RunPlan:
         task = task.model_copy(update={"base_dir": Path(run.task_path).parent})
         task._source = Path(run.task_path)
     options = RunOptions.model_validate(saved.get("options", {}))
+    if max_cost is not None:
+        options = options.model_copy(update={"max_cost": max_cost})
     samples = load_samples(task, limit=options.limit)
     scorers = build_scorers(task)
     solvers, graders = _solvers(task, scorers, home, options)
+    if options.max_cost is not None:
+        check_priced(solvers, PriceTable.from_settings(load_settings(home).prices))
     store.set_status(run_id, "running")
     return RunPlan(
         task,

@@ -15,7 +15,10 @@ so an interrupted run loses at most that; a resumed run skips every
 (sample, epoch) the store has as finished, reading only their keys.
 
 Cancelling :meth:`EvalRunner.run` (Ctrl-C) stops the samples in flight,
-writes what had finished and marks the run ``interrupted``.
+writes what had finished and marks the run ``interrupted``. So does a run
+budget (``--max-cost``) that refused a call, more gently: no new sample
+starts, those in flight end (their refused ones are not recorded), and
+:attr:`Progress.stopped` says why.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from coterie.runtime.config import ModelConfig, PersonaConfig, load_persona
-from coterie.runtime.errors import ConfigError
+from coterie.runtime.errors import BudgetExceededError, ConfigError
 from coterie.runtime.eval.records import RunRecord, RunStatus, SampleResult, ScoreValue
 from coterie.runtime.eval.scorers import Scorer, ScorerError
 from coterie.runtime.eval.store import EvalStore
@@ -54,6 +57,10 @@ class Executor(Protocol):
     async def grade(self, grader: str, prompt: str, conversation_id: str) -> str: ...
 
     async def aclose(self) -> None: ...
+
+
+class _Stopped(Exception):
+    """A sample the run's budget stopped (its reason is the message)."""
 
 
 class LocalExecutor:
@@ -87,6 +94,10 @@ class Progress:
     score_sum: float = 0.0
     scored: int = 0
     nodes: dict[str, int] = field(default_factory=dict)
+    # Why the run stopped before its end (the budget's refusal), if it did.
+    stopped: str | None = None
+    # What a capped run (--max-cost) spent in all, once it ended.
+    spent_usd: float | None = None
 
     @property
     def score(self) -> float | None:
@@ -246,20 +257,29 @@ class EvalRunner:
             raise
         self._stop_flushing.set()
         await flusher
-        await asyncio.to_thread(self.store.set_status, run_id, "finished", ended_at=_now())
+        status = "interrupted" if self.progress.stopped is not None else "finished"
+        await asyncio.to_thread(self.store.set_status, run_id, status, ended_at=_now())
         return self.progress
 
     async def _work(self, queue: deque[tuple[Sample, int]]) -> None:
-        while queue:
+        while queue and self.progress.stopped is None:
             sample, epoch = queue.popleft()
             self.progress.in_flight += 1
             self._tick()
+            result: SampleResult | None = None
             try:
                 result = await self._attempts(sample, epoch)
+            except (BudgetExceededError, _Stopped) as exc:
+                # Not a result: a resume runs the sample again.
+                log.info("sample %s/%s stopped: %s", sample.id, epoch, exc)
+                if self.progress.stopped is None:
+                    self.progress.stopped = str(exc)
+                queue.clear()
             finally:
                 self.progress.in_flight -= 1
-            self._count(result)
-            self._pending.append(result)
+            if result is not None:
+                self._count(result)
+                self._pending.append(result)
             self._tick()
 
     async def _attempts(self, sample: Sample, epoch: int) -> SampleResult:
@@ -274,6 +294,8 @@ class EvalRunner:
                 pass_tag=self.pass_tag,
             )
             run = await self.executor.run(job)
+            if run.stopped is not None:
+                raise _Stopped(run.error or "the run's budget is spent")
             if run.status != "error" or attempt > self.task.retries:
                 return await self._result(job, run)
             self.progress.retries += 1
@@ -327,7 +349,7 @@ class EvalRunner:
 
             try:
                 score = await scorer.score(job.sample, run.output, grade=grade)
-            except ScorerError:
+            except (ScorerError, BudgetExceededError):
                 raise
             except Exception as exc:  # boundary: a user's scorer function
                 problem = f"{type(exc).__name__}: {exc}"

@@ -26,7 +26,7 @@ from typing import Any, Protocol, assert_never
 
 from pydantic import BaseModel
 
-from coterie.runtime.errors import CoterieError
+from coterie.runtime.errors import BudgetExceededError, CoterieError
 from coterie.runtime.eval.dataset import import_function
 from coterie.runtime.eval.task import (
     ChoiceSpec,
@@ -294,6 +294,8 @@ class ModelGradedScorer:
             raise ScorerError(f"scorer {self.name!r} is model_graded and needs a grader")
         try:
             reply = await grade(self.prompt(sample, output))
+        except BudgetExceededError:
+            raise  # the run's budget is spent: the run stops, the sample is not scored
         except Exception as exc:  # the grader's failure is the sample's error
             raise ScorerError(
                 f"scorer {self.name!r}: the grader failed on sample {sample.id!r}: "

@@ -12,7 +12,10 @@ memory backend, a memory scope of its own (``<persona>@eval/<run>/<sample>/<epoc
 so that samples never see each other's memories. The sample's text is the
 message of a turn in the ``eval`` context; the sample ends when the
 conversation has settled (delegated work reported back too) or a limit
-stops it. Its audit events are the transcript: conversation
+stops it. With a run budget (``--max-cost``: :mod:`runtime.eval.budget`)
+every model call of the sample reserves against it; a sample one of whose
+calls the budget refused is ``stopped`` (not a result: the run stops). Its
+audit events are the transcript: conversation
 ``eval:<run>:<sample>:<epoch>:<attempt>`` in the audit log (``…@<tag>`` for
 the attempts of a resumed run).
 
@@ -33,14 +36,22 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from coterie.runtime.config import Persona, PersonaConfig, RuntimeSettings
+from coterie.runtime.errors import BudgetExceededError
 from coterie.runtime.eval.limits import AdaptiveGate, LimitedModel
 from coterie.runtime.eval.task import Sample, SampleLimits
-from coterie.runtime.messages import AssistantMessage, MessageEnvelope
+from coterie.runtime.messages import AssistantMessage, BudgetWarning, MessageEnvelope
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.models.base import Model
 from coterie.runtime.persona import PersonaHost, PersonaRuntime
 from coterie.runtime.runner import safe_name
-from coterie.runtime.services import AuditSink, MemoryService, NullAudit, Services
+from coterie.runtime.services import (
+    AuditSink,
+    BudgetService,
+    MemoryService,
+    NullAudit,
+    Reservation,
+    Services,
+)
 from coterie.runtime.shell import LocalProcesses
 from coterie.runtime.tool import ToolRegistry
 
@@ -85,6 +96,9 @@ class SampleRun(BaseModel):
     status: Literal["ok", "limit", "error"]
     limit: str | None = None
     error: str | None = None
+    # "budget": the run's budget refused a call (status "error"; not a
+    # result: the runner stops the run and a resume runs the sample again).
+    stopped: Literal["budget"] | None = None
     model_calls: int = 0
     tool_calls: int = 0
     input_tokens: int = 0
@@ -115,6 +129,7 @@ class SampleWorker:
         memory: Callable[[str], MemoryService] | None = None,
         node: str | None = None,
         model_factory: Callable[[SolverSetup], Model] | None = None,
+        budget: BudgetService | None = None,
     ) -> None:
         self.solvers = solvers
         self.registry = registry
@@ -124,6 +139,7 @@ class SampleWorker:
         self.connections = connections
         self.memory = memory
         self.node = node
+        self.budget = budget
         self._model_factory = model_factory or _build_model
         self._models: dict[str, Model] = {}
         self.gates: dict[str, AdaptiveGate] = {}
@@ -153,6 +169,10 @@ class SampleWorker:
 
     async def run(self, job: SampleJob) -> SampleRun:
         """Run ``job`` to its end; never raises for what the sample did."""
+        run, _ = await self._run(job)
+        return run
+
+    async def _run(self, job: SampleJob) -> tuple[SampleRun, BudgetExceededError | None]:
         setup = self.solvers[job.solver]
         inner = self._model(job.solver)
         model = LimitedModel(inner, job.limits, self._gate(inner.provider))
@@ -165,6 +185,7 @@ class SampleWorker:
         limit: str | None = None
         error: str | None = None
         reply_text = ""
+        budget = _SampleBudget(self.budget) if self.budget is not None else None
         try:
             persona = await asyncio.to_thread(self._persona, setup, root)
             scope = f"{setup.name}@eval/{job.run_id}/{job.sample.id}/{job.epoch}"
@@ -176,6 +197,7 @@ class SampleWorker:
                     audit=_NoFlush(self.audit),
                     memory=self.memory(scope) if self.memory is not None else None,
                     processes=LocalProcesses(max_processes=self.settings.max_background_processes),
+                    budget=budget,
                 ),
                 host=PersonaHost(settings=self.settings),
             )
@@ -201,6 +223,8 @@ class SampleWorker:
                 elif reply.status == "error":
                     status, error = "error", reply.error or "the turn failed"
             output = _last_answer(runtime, conv) or reply_text
+            if budget is not None and budget.refused is not None:
+                status, limit, error = "error", None, str(budget.refused)
         except Exception as exc:  # boundary: a worker bug must not take the run down
             status, error, output = "error", f"{type(exc).__name__}: {exc}", ""
         finally:
@@ -209,11 +233,13 @@ class SampleWorker:
             if runtime is not None:
                 await runtime.aclose()
             await asyncio.to_thread(shutil.rmtree, root, True)
-        return SampleRun(
+        refused = budget.refused if budget is not None else None
+        run = SampleRun(
             output=output,
             status=status,
             limit=limit,
             error=error,
+            stopped="budget" if refused is not None else None,
             model_calls=model.model_calls,
             tool_calls=model.tool_calls,
             input_tokens=model.input_tokens,
@@ -224,18 +250,22 @@ class SampleWorker:
             conversation_id=conv,
             node=self.node,
         )
+        return run, refused
 
     async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
         """One turn of the grader persona on ``prompt``; its reply text.
 
-        Its conversation is ``eval:grade:<graded conversation>-<nonce>:1:1``."""
+        Its conversation is ``eval:grade:<graded conversation>-<nonce>:1:1``;
+        raises :class:`BudgetExceededError` when the run's budget refused it."""
         job = SampleJob(
             run_id="grade",
             sample=Sample(id=f"{safe_name(conversation_id)}-{secrets.token_hex(3)}", input=prompt),
             epoch=1,
             solver=grader,
         )
-        run = await self.run(job)
+        run, refused = await self._run(job)
+        if refused is not None:
+            raise refused
         if run.status == "error":
             raise RuntimeError(f"the grader {grader!r} failed: {run.error}")
         return run.output
@@ -259,6 +289,34 @@ class _NoFlush:
 
     async def flush(self) -> None:
         return None
+
+
+class _SampleBudget:
+    """The run's budget as one sample sees it: notes a refusal."""
+
+    def __init__(self, inner: BudgetService) -> None:
+        self._inner = inner
+        self.refused: BudgetExceededError | None = None
+
+    async def reserve(
+        self,
+        payer: str,
+        amount: float | None,
+        *,
+        model: str,
+        persona: str,
+        conversation_id: str,
+    ) -> Reservation:
+        try:
+            return await self._inner.reserve(
+                payer, amount, model=model, persona=persona, conversation_id=conversation_id
+            )
+        except BudgetExceededError as exc:
+            self.refused = exc
+            raise
+
+    async def settle(self, ticket: str, cost: float | None) -> list[BudgetWarning]:
+        return await self._inner.settle(ticket, cost)
 
 
 def _last_answer(runtime: PersonaRuntime, conversation_id: str) -> str:
