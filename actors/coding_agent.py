@@ -19,8 +19,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from coterie.actors._ray import audit_buffer_for, remote
 from coterie.runtime.delegation import Work, WorkOutcome
-from coterie.runtime.delegation.coding import CodingAgentRun
+from coterie.runtime.delegation.coding import ChargedWork, CodingAgentRun
 from coterie.runtime.delegation.records import CodingRequest
+from coterie.runtime.services import AuditSink, BudgetService
 
 
 class CodingAgentActor:
@@ -94,9 +95,21 @@ class _RayWork:
 class RayCodingAgents:
     """The :class:`~runtime.delegation.records.CodingAgentLauncher` of a persona actor."""
 
-    def __init__(self, *, audit_actor: str, namespace: str, node_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        audit_actor: str,
+        namespace: str,
+        node_id: str | None = None,
+        budget: BudgetService | None = None,
+        audit: AuditSink | None = None,
+    ) -> None:
         self.audit_actor = audit_actor
         self.namespace = namespace
+        # The persona's budgets and audit buffer: an agent's reported cost
+        # counts against its payer when the task ends.
+        self.budget = budget
+        self.audit = audit
         self.node_id = node_id or ray.get_runtime_context().get_node_id()
         self.launched = 0
 
@@ -110,7 +123,7 @@ class RayCodingAgents:
             ray.kill(actor, no_restart=True)
             raise
         self.launched += 1
-        return _RayWork(actor)
+        return ChargedWork(_RayWork(actor), request, self.budget, self.audit)
 
 
 __all__ = ["CodingAgentActor", "CodingAgentActorRemote", "RayCodingAgents"]

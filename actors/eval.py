@@ -54,6 +54,14 @@ class EvalBudgetActor:
     async def budget_settle(self, ticket: str, cost: float | None) -> list[str]:
         return [w.model_dump_json() for w in await self.budget.settle(ticket, cost)]
 
+    async def budget_charge(
+        self, payer: str, cost: float, persona: str, conversation_id: str
+    ) -> list[str]:
+        warnings = await self.budget.charge(
+            payer, cost, persona=persona, conversation_id=conversation_id
+        )
+        return [w.model_dump_json() for w in warnings]
+
     async def state(self) -> tuple[float, str | None]:
         return self.budget.state()
 

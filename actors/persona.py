@@ -130,7 +130,12 @@ class PersonaActor:
                     max_processes=settings.max_background_processes,
                 ),
                 # One CodingAgent actor per delegation, likewise.
-                coding_agents=RayCodingAgents(audit_actor=audit_actor, namespace=namespace),
+                coding_agents=RayCodingAgents(
+                    audit_actor=audit_actor,
+                    namespace=namespace,
+                    budget=RouterBudget(self.directory.call_router),
+                    audit=self.buffer,
+                ),
                 # One McpServer actor per server, on this node; shared ones from the router.
                 mcp_clients=RayMcpClients(
                     lambda launch: self.directory.call_router(

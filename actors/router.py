@@ -244,6 +244,15 @@ class RouterActor:
         """Settle a held call; the warnings due, as JSON."""
         return [w.model_dump_json() for w in await self.budgets.settle(ticket, cost)]
 
+    async def budget_charge(
+        self, payer: str, cost: float, persona: str, conversation_id: str
+    ) -> list[str]:
+        """Count a cost spent without a reservation; the warnings due, as JSON."""
+        warnings = await self.budgets.charge(
+            payer, cost, persona=persona, conversation_id=conversation_id
+        )
+        return [w.model_dump_json() for w in warnings]
+
     async def resolve(self, name: str) -> Any:
         """The actor handle of persona ``name``, activating it if needed."""
         handle = await self.router.resolve(name)

@@ -207,6 +207,14 @@ class BudgetService(Protocol):
         """Replace the hold by the real cost; the warnings now due."""
         ...
 
+    async def charge(
+        self, payer: str, cost: float, *, persona: str, conversation_id: str
+    ) -> list[BudgetWarning]:
+        """Count ``cost``, spent where nothing could be reserved first (a
+        coding agent's own model calls, as it reported them), against
+        ``payer``; the warnings now due. Never refuses: it was spent."""
+        ...
+
 
 class DelegationService(Protocol):
     """Pushed work a persona delegated (subagents, coding agents), by handle.

@@ -93,6 +93,21 @@ async def test_reservations_hold_until_settled() -> None:
     assert second.ticket is not None and books.held() == pytest.approx(0.5)
 
 
+async def test_a_charge_counts_what_was_spent_without_a_reservation() -> None:
+    # What a coding agent reported it spent: it cannot be refused, but it counts.
+    books = ledger(solo=BudgetSettings(daily_usd=1.0, warn_at=0.5))
+    first = await books.reserve("solo", 0.1, model="m", persona="solo", conversation_id="c")
+    assert first.ticket is not None
+    await books.settle(first.ticket, 0.1)
+    (warning,) = await books.charge("solo", 0.7, persona="solo", conversation_id="c")
+    assert warning.scope == "persona 'solo'" and warning.spent_usd == pytest.approx(0.8)
+    with pytest.raises(BudgetExceededError, match=r"spent \$0\.8000"):
+        await books.reserve("solo", 0.3, model="m", persona="solo", conversation_id="c")
+    # A period not counted yet is left to the log (which holds the call's row).
+    assert await books.charge("other", 5.0, persona="other", conversation_id="c") == []
+    assert await books.reserve("other", 1.0, model="m", persona="other", conversation_id="c")
+
+
 async def test_a_payer_without_a_budget_is_never_held() -> None:
     books = ledger(other=BudgetSettings(daily_usd=0.01))
     reservation = await books.reserve("solo", 100.0, model="m", persona="solo", conversation_id="c")

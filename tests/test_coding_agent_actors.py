@@ -1,12 +1,14 @@
 """Coding agents on Ray: a persona actor's start_coding_agent runs Claude Code
 (claude-agent-acp from npm) in a CodingAgent actor, which edits the
 persona's workspace; the updates land in DuckDB; a start failure crosses
-the actor boundary as the tool's error."""
+the actor boundary as the tool's error; what an agent reports it spent is
+a model_call row and counts against the persona's budget in the router."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.messages import ToolResultMessage, UserMessage
 from tests.fakes.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
 from tests.helpers import scripted, write_persona
-from tests.test_acp import CLAUDE_ACP, NODE, claude_installed, needs_claude
+from tests.test_acp import CLAUDE_ACP, FAKE_AGENT, NODE, claude_installed, needs_claude
 
 __all__ = ["claude_installed"]
 
@@ -90,7 +92,23 @@ def home(tmp_path_factory: pytest.TempPathFactory, server: AnthropicStreamServer
             "default": True,
         },
         "ghost": {"command": "no-such-coding-agent"},
+        "metered": {"command": sys.executable, "args": [str(FAKE_AGENT), "usage"]},
     }
+    write_persona(
+        home,
+        "meter",
+        scripted(
+            [
+                {
+                    "when": {"turn": 1, "contains": "costs"},
+                    "tool_calls": [start("{input}", agent="metered")],
+                },
+                {"when": {"turn": 2}, "text": "started"},
+            ],
+            default="noted",
+            budget={"daily_usd": 1.0},
+        ),
+    )
     (home / "acp.json").write_text(json.dumps({"agents": agents}), encoding="utf-8")
     return home
 
@@ -157,3 +175,28 @@ def test_a_start_failure_in_the_actor_is_the_tool_error(rt: Runtime) -> None:
     assert result["error"] == "agent_start_failed"
     assert "'no-such-coding-agent' not found" in result["detail"]
     rt.wait_settled("dev", conv, timeout=30)
+
+
+def test_an_agents_reported_cost_lands_in_duckdb_and_in_the_routers_budget(rt: Runtime) -> None:
+    import ray
+
+    from coterie.actors._ray import router_name
+    from coterie.runtime.errors import BudgetExceededError
+
+    conv = "meter:costs"
+    usage = {"totalTokens": 700, "inputTokens": 500, "outputTokens": 200}
+    task = json.dumps({"costs": [[0.9, "USD"]], "usage": usage})
+    # The scripted rule passes the whole message on as the task.
+    reply = rt.ask("meter", task, conversation_id=conv)
+    assert reply.status == "ok", reply
+    rt.wait_settled("meter", conv, timeout=60)
+    rows = rt.query(
+        "select provider, model, input_tokens, output_tokens, cost_usd, billed_to, context "
+        f"from events where kind = 'model_call' and conversation_id = '{conv}' "
+        "and context = 'coding_agent'"
+    ).rows
+    assert rows == [("acp", "metered", 500, 200, 0.9, "meter", "coding_agent")]
+    # The router's ledger counted it: $0.2 more does not fit in meter's $1 a day.
+    router = ray.get_actor(router_name(rt.id), namespace=rt.namespace)
+    with pytest.raises(BudgetExceededError, match="persona 'meter'"):
+        ray.get(router.budget_reserve.remote("meter", 0.2, "m", "meter", conv))

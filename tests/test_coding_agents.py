@@ -1,6 +1,8 @@
 """start_coding_agent / cancel_coding_agent on a persona (no Ray): a real
 Claude Code (claude-agent-acp from npm) edits the workspace; start failures
-are tool errors, later failures are in the wake; cancel stops the group."""
+are tool errors, later failures are in the wake; cancel stops the group;
+what an agent reports it spent is a model_call billed to the persona and
+counted against its budget."""
 
 from __future__ import annotations
 
@@ -8,26 +10,30 @@ import asyncio
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from coterie.runtime.config import load_persona
+from coterie.runtime.config import BudgetSettings, RuntimeSettings, load_persona
 from coterie.runtime.delegation.coding import LocalCodingAgents
+from coterie.runtime.errors import BudgetExceededError
 from coterie.runtime.messages import (
     AssistantMessage,
     DelegationEvent,
     MessageEnvelope,
+    ModelCalled,
     ModelRequest,
     ToolResultMessage,
     UserMessage,
 )
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text, tool_call
-from coterie.runtime.persona import Launchers, PersonaRuntime
+from coterie.runtime.persona import Launchers, PersonaHost, PersonaRuntime
 from coterie.runtime.services import NullAudit, Services
 from coterie.runtime.shell.sandbox import bwrap_available
+from coterie.runtime.usage.budget import BudgetLedger
 from coterie.tools import builtin_registry
 from tests.fakes.anthropic_stream import AnthropicStreamServer, Reply, ToolUse, When
 from tests.helpers import scripted, write_persona
@@ -187,6 +193,11 @@ async def test_claude_edits_a_file_for_the_persona(
     (finished,) = [e for e in events if e.phase == "finished"]
     assert finished.status == "ok" and finished.data["files_changed"] == ["hello.txt"]
     assert processes_in(workspace) == []  # the agent's group is gone
+    # What Claude Code reported its prompt consumed (the local server's
+    # usage blocks, summed by the agent): one model_call, billed to coder.
+    (call,) = agent_calls(audit)
+    assert (call.provider, call.model, call.billed_to) == ("acp", "claude", "coder")
+    assert call.input_tokens > 0 and call.output_tokens > 0 and call.turn_id == reply.turn_id
     await rt.aclose()
 
 
@@ -387,4 +398,101 @@ async def test_cancel_coding_agent_unknown_handle(tmp_path: Path) -> None:
         "error": "not_found",
         "detail": "no coding agent task with handle 'acp_nope'",
     }
+    await rt.aclose()
+
+
+# -- what the agent reports it spent -------------------------------------------------
+
+CHEAP = {"priced-*": {"input": 1, "output": 1}}  # $1 per million tokens
+
+
+def billed(home: Path, budget: BudgetLedger) -> tuple[PersonaRuntime, NullAudit]:
+    write_persona(home, "coder", scripted(budget={"daily_usd": 1.0}))
+    audit = NullAudit()
+    rt = PersonaRuntime(
+        load_persona(home, "coder"),
+        model=FunctionModel(delegate, name="priced-coder"),
+        registry=builtin_registry(),
+        services=Services(audit=audit, budget=budget),
+        host=PersonaHost(settings=RuntimeSettings(prices=CHEAP)),
+        launchers=Launchers(coding_agents=LocalCodingAgents(audit=audit, budget=budget)),
+    )
+    return rt, audit
+
+
+def books() -> BudgetLedger:
+    """The runtime's budgets: coder may spend $1 a day."""
+
+    async def limits_of(name: str) -> BudgetSettings:
+        return BudgetSettings(daily_usd=1.0) if name == "coder" else BudgetSettings()
+
+    async def spent_since(payer: str | None, since: datetime) -> float:
+        return 0.0
+
+    return BudgetLedger(
+        runtime=BudgetSettings(), limits_of=limits_of, spent_since=spent_since, tz=UTC
+    )
+
+
+def agent_calls(audit: NullAudit) -> list[ModelCalled]:
+    return [e for e in audit.events if isinstance(e, ModelCalled) and e.context == "coding_agent"]
+
+
+async def test_a_coding_agents_reported_usage_is_a_model_call_billed_to_its_persona(
+    tmp_path: Path,
+) -> None:
+    ledger = books()
+    rt, audit = billed(tmp_path, ledger)
+    write_roster(tmp_path, {"metered": fake_entry("usage")})
+    usage = {
+        "totalTokens": 1820,
+        "inputTokens": 1000,
+        "outputTokens": 400,
+        "thoughtTokens": 100,
+        "cachedReadTokens": 300,
+        "cachedWriteTokens": 20,
+    }
+    # The session's cumulative cost, as the agent reports it along the way.
+    task = json.dumps({"costs": [[0.05, "USD"], [0.9, "USD"]], "usage": usage})
+    await rt.handle(ask(order(task=task)))
+    await settle(rt)
+    assert "· ok" in the_wake(rt)
+    (call,) = agent_calls(audit)
+    assert (call.provider, call.model, call.conversation_id) == ("acp", "metered", CONV)
+    # ACP's inputTokens are the uncached part; thoughts are output.
+    assert (call.input_tokens, call.output_tokens) == (1320, 500)
+    assert (call.cache_read_tokens, call.cache_write_tokens) == (300, 20)
+    assert call.cost_usd == pytest.approx(0.9) and call.priced
+    assert call.billed_to == "coder" and call.error is None
+    # It counts against the persona's daily $1: a call that the $0.9 leaves
+    # no room for is refused now.
+    with pytest.raises(BudgetExceededError, match="persona 'coder'"):
+        await ledger.reserve("coder", 0.2, model="m", persona="coder", conversation_id=CONV)
+    await rt.aclose()
+
+
+async def test_a_cost_in_another_currency_is_recorded_unpriced_and_not_counted(
+    tmp_path: Path,
+) -> None:
+    ledger = books()
+    rt, audit = billed(tmp_path, ledger)
+    write_roster(tmp_path, {"metered": fake_entry("usage")})
+    await rt.handle(ask(order(task=json.dumps({"costs": [[5, "EUR"]], "usage": None}))))
+    await settle(rt)
+    (call,) = agent_calls(audit)
+    assert call.cost_usd is None and not call.priced
+    assert call.error is not None and "EUR" in call.error
+    assert (call.input_tokens, call.output_tokens) == (0, 0)  # it sent no token counts
+    # Nothing was counted: $0.2 still fits in the $1.
+    await ledger.reserve("coder", 0.2, model="m", persona="coder", conversation_id=CONV)
+    await rt.aclose()
+
+
+async def test_an_agent_that_reports_nothing_records_no_model_call(tmp_path: Path) -> None:
+    rt, audit = billed(tmp_path, books())
+    write_roster(tmp_path, {"quiet": fake_entry("fs")})
+    await rt.handle(ask(order(task=json.dumps({"ops": []}))))
+    await settle(rt)
+    assert "· ok" in the_wake(rt)
+    assert agent_calls(audit) == []
     await rt.aclose()

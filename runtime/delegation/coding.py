@@ -10,6 +10,14 @@ turn, as ``delegation`` events: merged agent messages and thoughts, tool
 calls, plans, permission decisions) and to ``task_status``, and its end —
 stop reason, final message, files changed — comes back as a wake.
 
+What the agent reports its task consumed (ACP's ``PromptResponse.usage``
+and the cost in its ``usage_update`` notifications) becomes one
+``model_call`` event (``context`` ``coding_agent``, provider ``acp``, the
+roster name as the model), billed to the persona that started the work; a
+cost in US dollars also counts against that persona's budget once the task
+ends (it could not be reserved beforehand: nobody knows it until the agent
+says). Nothing is estimated: an agent that reports nothing records nothing.
+
 A start that fails (missing binary, an agent that exits at once, no answer
 within the startup timeout, a protocol error, a missing secret) is the
 tool's error; a failure later (a crash, a protocol error, the prompt
@@ -19,6 +27,7 @@ timeout) is the wake's. The SDK is imported only where a session runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,14 +45,16 @@ from coterie.runtime.delegation.records import (
 )
 from coterie.runtime.delegation.work import Delegations
 from coterie.runtime.errors import CoterieError, ErrorKind, ToolError
-from coterie.runtime.messages import DelegationEvent, new_id
-from coterie.runtime.services import AuditSink, NullAudit
+from coterie.runtime.messages import BudgetWarning, DelegationEvent, ModelCalled, new_id
+from coterie.runtime.services import AuditSink, BudgetService, NullAudit
 from coterie.runtime.shell.sandbox import Sandbox, SandboxChoice
 from coterie.runtime.tool import Deferred
 
 if TYPE_CHECKING:
     from coterie.runtime.delegation.acp.records import AnyEvent, CodingResult
     from coterie.runtime.delegation.acp.session import AcpSession
+
+log = logging.getLogger("coterie.delegation")
 
 #: How long past the roster's prompt_timeout the registry waits before it
 #: stops the delegation itself (the session's own timeout comes first).
@@ -96,6 +107,16 @@ def outcome_of(result: CodingResult, hidden: dict[str, str]) -> WorkOutcome:
     }
     if not result.files_changed_complete:
         data["files_changed_complete"] = False
+    if result.usage is not None:
+        usage = result.usage
+        reported: dict[str, Any] = {}
+        if usage.tokens_reported:
+            reported |= {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+        if usage.cost is not None:
+            reported["cost"] = f"{usage.cost:.6g} {usage.currency}"
+        if usage.cost_usd is not None:
+            reported["cost_usd"] = usage.cost_usd
+        data["usage"] = reported
     return WorkOutcome(
         status=status,
         text=redact(result.text, hidden),
@@ -195,7 +216,40 @@ class CodingAgentRun:
         """Send the task; wait for the end of the turn (never raises for the agent)."""
         result = await self.session.prompt(self.request.task)
         self._flush_text()
+        self._record_usage(result)
         return outcome_of(result, self.request.hidden)
+
+    def _record_usage(self, result: CodingResult) -> None:
+        usage = result.usage
+        if usage is None:
+            return
+        request = self.request
+        cost = usage.cost_usd
+        error = None
+        if usage.cost is not None and cost is None:
+            error = f"the agent reported its cost in {usage.currency}, not USD: not counted"
+        self.audit.record(
+            ModelCalled(
+                persona=request.persona,
+                conversation_id=request.parent_conversation_id,
+                turn_id=request.parent_turn_id,
+                provider="acp",
+                model=request.agent,
+                step=0,
+                latency_ms=round(result.duration_s * 1000, 3),
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens + usage.thought_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost_usd=cost,
+                priced=cost is not None,
+                context="coding_agent",
+                billed_to=request.payer or request.persona,
+                tool_calls=result.tool_calls,
+                stop_reason=result.stop_reason,
+                error=error,
+            )
+        )
 
     def progress(self) -> dict[str, Any]:
         session = self.session
@@ -226,6 +280,64 @@ class CodingAgentRun:
         await self.audit.flush()
 
 
+class ChargedWork:
+    """A coding delegation whose reported cost (US dollars) counts against
+    its payer's budget when it ends; its warnings go to ``audit``."""
+
+    def __init__(
+        self,
+        work: Work,
+        request: CodingRequest,
+        budget: BudgetService | None,
+        audit: AuditSink | None,
+    ) -> None:
+        self.work = work
+        self.request = request
+        self.budget = budget
+        self.audit = audit
+
+    async def result(self) -> WorkOutcome:
+        outcome = await self.work.result()
+        usage = outcome.data.get("usage")
+        cost = usage.get("cost_usd") if isinstance(usage, dict) else None
+        if self.budget is not None and isinstance(cost, int | float) and cost > 0:
+            await self._charge(float(cost))
+        return outcome
+
+    async def _charge(self, cost: float) -> None:
+        request = self.request
+        assert self.budget is not None
+        try:
+            warnings: list[BudgetWarning] = await self.budget.charge(
+                request.payer or request.persona,
+                cost,
+                persona=request.persona,
+                conversation_id=request.parent_conversation_id,
+            )
+        except Exception:  # boundary: the ledger's host is away; the cost is in the log
+            log.exception("coding agent %s: its cost could not be counted", request.handle)
+            return
+        for warning in warnings:
+            log.warning(
+                "%s: %s has spent $%.4f of its budget of $%.2f",
+                request.persona,
+                warning.scope,
+                warning.spent_usd,
+                warning.limit_usd,
+            )
+            if self.audit is not None:
+                self.audit.record(warning.model_copy(update={"turn_id": request.parent_turn_id}))
+
+    async def progress(self) -> dict[str, Any]:
+        return await self.work.progress()
+
+    async def cancel(self) -> None:
+        await self.work.cancel()
+
+    async def discard(self) -> None:
+        await self.work.discard()
+
+
 class _LocalWork:
     def __init__(self, run: CodingAgentRun) -> None:
         self.run = run
@@ -249,8 +361,11 @@ class _LocalWork:
 class LocalCodingAgents:
     """Coding agents whose sessions run in this process (no Ray)."""
 
-    def __init__(self, *, audit: AuditSink | None = None) -> None:
+    def __init__(
+        self, *, audit: AuditSink | None = None, budget: BudgetService | None = None
+    ) -> None:
         self.audit = audit
+        self.budget = budget
         self.launched = 0
 
     async def launch(self, request: CodingRequest) -> Work:
@@ -261,7 +376,7 @@ class LocalCodingAgents:
             await run.close()
             raise
         self.launched += 1
-        return _LocalWork(run)
+        return ChargedWork(_LocalWork(run), request, self.budget, self.audit)
 
 
 class StartRequest(BaseModel):
@@ -316,6 +431,7 @@ async def start_coding_agent(
     request = CodingRequest(
         handle=handle,
         persona=ctx.persona,
+        payer=ctx.billed_to,
         agent=name,
         spec=spec,
         task=args.task,
@@ -357,6 +473,7 @@ async def start_coding_agent(
 
 
 __all__ = [
+    "ChargedWork",
     "CodingAgentRun",
     "LocalCodingAgents",
     "StartRequest",

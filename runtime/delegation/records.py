@@ -117,6 +117,8 @@ class CodingRequest(BaseModel):
 
     handle: str
     persona: str
+    #: The persona the agent's reported cost counts against (None: ``persona``).
+    payer: str | None = None
     agent: str
     spec: AgentSpec
     task: str

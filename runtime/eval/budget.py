@@ -107,6 +107,13 @@ class RunBudget:
             )
         ]
 
+    async def charge(
+        self, payer: str, cost: float, *, persona: str, conversation_id: str
+    ) -> list[BudgetWarning]:
+        async with self._lock:
+            self.settled += cost
+        return []
+
     def state(self) -> tuple[float, str | None]:
         """What was spent, and why a call was refused (None: none was)."""
         return self.spent, None if self.refused is None else str(self.refused)

@@ -318,6 +318,13 @@ class _SampleBudget:
     async def settle(self, ticket: str, cost: float | None) -> list[BudgetWarning]:
         return await self._inner.settle(ticket, cost)
 
+    async def charge(
+        self, payer: str, cost: float, *, persona: str, conversation_id: str
+    ) -> list[BudgetWarning]:
+        return await self._inner.charge(
+            payer, cost, persona=persona, conversation_id=conversation_id
+        )
+
 
 def _last_answer(runtime: PersonaRuntime, conversation_id: str) -> str:
     for message in reversed(runtime.conversation(conversation_id).history):

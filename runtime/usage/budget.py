@@ -164,6 +164,31 @@ class BudgetLedger:
                 )
         return warnings
 
+    async def charge(
+        self, payer: str, cost: float, *, persona: str, conversation_id: str
+    ) -> list[BudgetWarning]:
+        """Count ``cost`` (already spent) against ``payer`` and the runtime.
+
+        Only periods the ledger already counts are touched: a period it
+        starts counting later reads what was spent, this too, from the log
+        (where the call's ``model_call`` row already is)."""
+        async with self._lock:
+            now = datetime.fromtimestamp(self.clock(), self.tz)
+            warnings: list[BudgetWarning] = []
+            periods: tuple[Period, ...] = ("day", "month")
+            for scope in (RUNTIME_SCOPE, f"persona {payer!r}"):
+                for period in periods:
+                    account = self._accounts.get((scope, period, period_start(now, period)))
+                    if account is None:
+                        continue
+                    account.settled += cost
+                    if not account.warned and account.spent >= account.limit * account.warn_at:
+                        account.warned = True
+                        warnings.append(
+                            self._warning(scope, period, account, persona, conversation_id, False)
+                        )
+            return warnings
+
     def held(self) -> float:
         """Dollars held by running calls (all scopes)."""
         return sum(t.amount for t in self._tickets.values())
@@ -319,6 +344,12 @@ class RouterBudget:
 
     async def settle(self, ticket: str, cost: float | None) -> list[BudgetWarning]:
         data: list[str] = await self.call("budget_settle", ticket, cost)
+        return [BudgetWarning.model_validate_json(w) for w in data]
+
+    async def charge(
+        self, payer: str, cost: float, *, persona: str, conversation_id: str
+    ) -> list[BudgetWarning]:
+        data: list[str] = await self.call("budget_charge", payer, cost, persona, conversation_id)
         return [BudgetWarning.model_validate_json(w) for w in data]
 
 

@@ -16,6 +16,10 @@ instructions for the ``fs`` mode. Modes:
   ``killed <code> <signal>``; ``{"op": "leave", "command"}`` -> create and
   never release: ``left <terminal id>``. A refused call: ``error <message>``.
 - ``env``: reply with the environment as JSON.
+- ``usage``: the prompt is ``{"costs": [[amount, currency], ...], "usage":
+  {Usage fields} | null}``: send one ``usage_update`` per cost (the
+  session's cumulative cost), reply ``done``, and end the turn with that
+  ``usage`` on the PromptResponse.
 - ``crash``: say something on stderr and in a message, then exit with 3.
 - ``orphan``: on the prompt, start ``sleep 300`` in the same process group
   (holding stdout open), then exit with 4: the child is left behind, like an
@@ -38,11 +42,14 @@ from typing import Any, cast
 import acp
 from acp.schema import (
     AgentCapabilities,
+    Cost,
     EnvVariable,
     Implementation,
     InitializeResponse,
     NewSessionResponse,
     PromptResponse,
+    Usage,
+    UsageUpdate,
 )
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "fs"
@@ -84,6 +91,22 @@ class FakeAgent:
         text = "".join(getattr(block, "text", "") for block in prompt)
         if MODE == "env":
             await self.say(session_id, json.dumps(dict(os.environ)))
+        elif MODE == "usage":
+            order = json.loads(text)
+            for amount, currency in order["costs"]:
+                update = UsageUpdate(
+                    session_update="usage_update",
+                    used=1000,
+                    size=200000,
+                    cost=Cost(amount=amount, currency=currency),
+                )
+                await self.conn.session_update(session_id, update)
+            await self.say(session_id, "done")
+            usage = order.get("usage")
+            return PromptResponse(
+                stop_reason="end_turn",
+                usage=Usage.model_validate(usage) if usage is not None else None,
+            )
         elif MODE == "crash":
             await self.say(session_id, "about to crash")
             sys.stderr.write("fake agent: boom\n")

@@ -169,6 +169,33 @@ AcpEvent = Annotated[AnyEvent, Field(discriminator="kind")]
 UpdateCallback = Callable[[AnyEvent], Awaitable[None] | None]
 
 
+class AgentUsage(BaseModel):
+    """What the agent said one task consumed: the token counts of its
+    prompt's reply (ACP's ``PromptResponse.usage``, where it sends one) and
+    the growth of the session's cumulative cost over the task (its
+    ``usage_update`` notifications' ``cost``, where it sends them). Nothing
+    is estimated: what the agent did not report stays unknown.
+    ``input_tokens`` counts the cached ones too (as a provider's usage does
+    here); ``thought_tokens`` are apart from ``output_tokens``."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    thought_tokens: int = 0
+    # False when the agent sent no token counts (only a cost, say).
+    tokens_reported: bool = False
+    cost: float | None = None
+    currency: str | None = None
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The cost in US dollars; None when unknown or in another currency."""
+        if self.cost is None or (self.currency or "").upper() != "USD":
+            return None
+        return self.cost
+
+
 class CodingResult(BaseModel):
     """The outcome of one delegated task."""
 
@@ -188,6 +215,7 @@ class CodingResult(BaseModel):
     error_kind: AcpErrorKind | None = None
     killed: bool = Field(default=False, description="the group was killed before the turn ended")
     duration_s: float = 0.0
+    usage: AgentUsage | None = Field(default=None, description="None: the agent reported none")
 
     @property
     def ok(self) -> bool:
@@ -201,6 +229,7 @@ __all__ = [
     "AcpProtocolError",
     "AcpStartError",
     "AcpStartupTimeoutError",
+    "AgentUsage",
     "AnyEvent",
     "CodingResult",
     "FileAccessEvent",

@@ -83,6 +83,7 @@ from acp.schema import (
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
+    UsageUpdate,
     WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
@@ -102,6 +103,7 @@ from coterie.runtime.delegation.acp.records import (
     AcpProtocolError,
     AcpStartError,
     AcpStartupTimeoutError,
+    AgentUsage,
     AnyEvent,
     CodingResult,
     FileAccessEvent,
@@ -299,6 +301,8 @@ class AcpSession:
         self._last_message = ""
         self._message_id: str | None = None
         self._tool_calls = 0
+        # The session's cumulative cost (amount, currency) as the agent last reported it.
+        self._cost: tuple[float, str] | None = None
         self._cancelling = False
         # Set when the group was stopped while a prompt was still running.
         self._killed = False
@@ -524,6 +528,8 @@ class AcpSession:
         self._killed = False
         permissions_before = len(self.permissions)
         calls_before = self._tool_calls
+        cost_before = self._cost
+        tokens: Any = None
         result = CodingResult(agent=self.name, session_id=self.session_id)
         self._prompt_task = asyncio.ensure_future(
             self._conn.prompt(
@@ -534,6 +540,7 @@ class AcpSession:
         try:
             response = await self._call(self._prompt_task, timeout=limit, keep_on_timeout=True)
             result.stop_reason = response.stop_reason
+            tokens = response.usage
         except _Timeout:
             await self.cancel()
             await _settle(self._prompt_task)
@@ -568,6 +575,7 @@ class AcpSession:
         result.tool_calls = self._tool_calls - calls_before
         result.text = self._final_text()
         result.duration_s = round(time.monotonic() - started, 3)
+        result.usage = _usage_of(tokens, cost_before, self._cost)
         self.files_written = set()
         return result
 
@@ -707,7 +715,10 @@ class AcpSession:
                 for e in update.entries
             ]
             await self._emit(PlanEvent(steps=steps))
-        # Commands, modes, usage and session info are not part of the task's record.
+        elif isinstance(update, UsageUpdate) and update.cost is not None:
+            # The context's fill is not kept; the cost is (cumulative for the session).
+            self._cost = (update.cost.amount, update.cost.currency)
+        # Commands, modes and session info are not part of the task's record.
 
     async def _on_permission(
         self, tool_call: ToolCallUpdate, options: list[PermissionOption]
@@ -824,6 +835,33 @@ class AcpSession:
             TerminalEvent(op="create", terminal_id=term.id, command=term.command, cwd=str(term.cwd))
         )
         return CreateTerminalResponse(terminal_id=term.id)
+
+
+def _usage_of(
+    tokens: Any, before: tuple[float, str] | None, after: tuple[float, str] | None
+) -> AgentUsage | None:
+    """A task's :class:`AgentUsage` from its reply's ``usage`` (an ACP
+    ``Usage`` or None) and the session's cumulative cost before and after."""
+    usage = AgentUsage()
+    if tokens is not None:
+        # ACP's totalTokens is the sum of every kind: its inputTokens are the
+        # uncached part (as Claude's), made whole here like a provider's.
+        usage.cache_read_tokens = tokens.cached_read_tokens or 0
+        usage.cache_write_tokens = tokens.cached_write_tokens or 0
+        usage.input_tokens = (
+            tokens.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        )
+        usage.output_tokens = tokens.output_tokens
+        usage.thought_tokens = tokens.thought_tokens or 0
+        usage.tokens_reported = True
+    if after is not None and after != before:
+        amount, currency = after
+        # What the task added; the whole amount when the currency changed.
+        spent = amount - before[0] if before is not None and before[1] == currency else amount
+        usage.cost, usage.currency = max(0.0, spent), currency
+    if not usage.tokens_reported and usage.cost is None:
+        return None
+    return usage
 
 
 async def _watch_exit(proc: asyncio.subprocess.Process) -> int:
