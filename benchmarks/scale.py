@@ -41,7 +41,10 @@ own process (1 s latency), and:
    ``personas()`` ≤ 1 s.
 
     python benchmarks/scale.py [--personas 100] [--turns 1000] [--rounds 2]
-                               [--registered 10000]
+                               [--registered 10000] [--catalogue auto|on|off]
+
+``--catalogue`` sets the burst personas' ``tools.catalogue`` (they allow
+every built-in tool; ``auto`` offers them the core set and ``find_tools``).
 
 It scales down by flags (``--personas 20 --turns 200 --registered 1000``) and
 prints the machine's core count and load; this box is shared, so the "other
@@ -289,10 +292,13 @@ def idle_cpu(pids: set[int], seconds: float = 5.0) -> float:
     return (total() - before) * 1000 / seconds / max(1, len(procs))
 
 
-def write_home(home: Path, personas: int, base_url: str) -> list[str]:
+def write_home(home: Path, personas: int, base_url: str, catalogue: str) -> list[str]:
     names = model_names(personas)
+    body = openai_persona(base_url)
+    # Every built-in tool allowed (the default), offered as --catalogue says.
+    body["tools"] = {"catalogue": catalogue}
     for name in names:
-        write_persona(home, name, openai_persona(base_url))
+        write_persona(home, name, body)
     return names
 
 
@@ -341,6 +347,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0, help="model latency (s)")
     parser.add_argument("--rounds", type=int, default=2, help="bursts per side (best kept)")
     parser.add_argument("--registered", type=int, default=10_000)
+    parser.add_argument(
+        "--catalogue",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the personas' tools.catalogue (auto, the default, is on for all tools)",
+    )
     args = parser.parse_args()
     os.environ[KEY_ENV] = "sk-bench-dummy"  # persona actors inherit the driver's env
     os.environ.pop("RAY_ADDRESS", None)
@@ -353,7 +365,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             home = Path(tmp) / "main"
-            names = write_home(home, args.personas, srv.base_url)
+            names = write_home(home, args.personas, srv.base_url, args.catalogue)
             with console.status("starting Ray"):
                 # Never passivated: on a slow or busy box the cold start of 100
                 # can outlast the idle timeout, and the first ones would be gone.
@@ -377,7 +389,8 @@ def main() -> None:
         if ray.is_initialized():
             ray.shutdown()
     title = (
-        f"coterie at scale ({os.cpu_count()} cores, load {load0:.2f} at start, "
+        f"coterie at scale ({os.cpu_count()} cores, tools.catalogue {args.catalogue}, "
+        f"load {load0:.2f} at start, "
         f"{os.getloadavg()[0]:.2f} at end, {time.perf_counter() - started:.0f} s; {compiled})"
     )
     console.print(rows.table(title))
