@@ -62,8 +62,8 @@ class EvalBudgetActor:
         )
         return [w.model_dump_json() for w in warnings]
 
-    async def state(self) -> tuple[float, str | None]:
-        return self.budget.state()
+    async def spent(self) -> float:
+        return self.budget.spent
 
 
 EvalBudgetRemote = ray.remote(num_cpus=0, max_restarts=0)(EvalBudgetActor)

@@ -190,7 +190,7 @@ async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore
             )
             progress = await runner.run()
             if budget is not None:
-                progress.spent_usd, _ = await budget.state.remote()
+                progress.spent_usd = await budget.spent.remote()
             return progress
     finally:
         await executor.aclose()
@@ -286,7 +286,5 @@ def _run(plan: RunPlan, args: argparse.Namespace, store: EvalStore) -> int:
             f"what finished is saved; resume with `coterie eval --resume {plan.run.run_id} "
             "--max-cost USD` (a higher cap)"
         )
-        print_report(store.report(plan.run.run_id))
-        return 1
     print_report(store.report(plan.run.run_id))
-    return 0 if progress.errors == 0 else 1
+    return 0 if progress.errors == 0 and progress.stopped is None else 1

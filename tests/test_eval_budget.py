@@ -17,9 +17,7 @@ from coterie.runtime.config import ModelPrice, RuntimeSettings
 from coterie.runtime.errors import BudgetExceededError, ConfigError
 from coterie.runtime.eval import (
     EvalRunner,
-    LocalExecutor,
     RunOptions,
-    SampleWorker,
     open_store,
     plan_resume,
     plan_run,
@@ -29,8 +27,8 @@ from coterie.runtime.eval.plan import RunPlan
 from coterie.runtime.eval.store import EvalStore
 from coterie.runtime.messages import BudgetWarning, ModelCalled
 from coterie.runtime.services import NullAudit
-from coterie.tools import builtin_registry
 from tests.helpers import write_persona
+from tests.test_eval_runner import make_runner
 
 #: $10 per million tokens: a call of a solver's ~2,300 tokens costs ~2 cents.
 DEAR = ModelPrice(input=10, output=10)
@@ -68,26 +66,7 @@ def priced_solver(**model: Any) -> dict[str, Any]:
 def runner(
     plan: RunPlan, store: EvalStore, tmp_path: Path, budget: RunBudget, audit: NullAudit
 ) -> EvalRunner:
-    worker = SampleWorker(
-        plan.solvers,
-        registry=builtin_registry(),
-        scratch=tmp_path / "scratch",
-        audit=audit,
-        settings=SETTINGS,
-        budget=budget,
-    )
-    return EvalRunner(
-        plan.task,
-        plan.samples,
-        run=plan.run,
-        store=store,
-        executor=LocalExecutor(worker),
-        scorers=plan.scorers,
-        graders=plan.graders,
-        flush_interval=0.01,
-        retry_backoff=0.01,
-        pass_tag=plan.pass_tag,
-    )
+    return make_runner(plan, store, tmp_path, audit=audit, settings=SETTINGS, budget=budget)
 
 
 def costs(audit: NullAudit) -> list[float]:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from coterie.runtime.config import MemorySettings, ScriptedModelConfig
+from coterie.runtime.config import MemorySettings, RuntimeSettings, ScriptedModelConfig
 from coterie.runtime.errors import ModelHTTPError
 from coterie.runtime.eval import (
     AdaptiveGate,
@@ -38,7 +38,7 @@ from coterie.runtime.messages import AssistantMessage, ModelRequest, ModelRespon
 from coterie.runtime.models import build_model
 from coterie.runtime.models.base import Model
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text
-from coterie.runtime.services import NullAudit
+from coterie.runtime.services import BudgetService, NullAudit
 from coterie.runtime.shell.sandbox import bwrap_available
 from coterie.tools import builtin_registry
 from tests.helpers import write_persona
@@ -86,6 +86,8 @@ def make_runner(
     on_progress: Callable[[Progress], None] | None = None,
     memory: Callable[[str], Any] | None = None,
     audit: NullAudit | None = None,
+    settings: RuntimeSettings | None = None,
+    budget: BudgetService | None = None,
 ) -> EvalRunner:
     worker = SampleWorker(
         plan.solvers,
@@ -94,6 +96,8 @@ def make_runner(
         audit=audit,
         model_factory=models,
         memory=memory,
+        settings=settings,
+        budget=budget,
     )
     return EvalRunner(
         plan.task,

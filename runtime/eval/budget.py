@@ -47,8 +47,6 @@ class RunBudget:
         self.base = base
         self.settled = 0.0
         self.reserved = 0.0
-        # Set when a call was refused: the run stops starting samples.
-        self.refused: BudgetExceededError | None = None
         self._warned = False
         self._tickets: dict[str, tuple[float, str, str]] = {}
         self._ids = itertools.count(1)
@@ -73,13 +71,9 @@ class RunBudget:
             if amount is None:
                 # Refused up front by check_priced; a model named later (a
                 # grader's) still cannot be run uncounted.
-                self.refused = BudgetExceededError(scope, "unpriced", self.limit, 0.0, model=model)
-                raise self.refused
+                raise BudgetExceededError(scope, "unpriced", self.limit, 0.0, model=model)
             if self.spent + self.reserved + amount > self.limit:
-                self.refused = BudgetExceededError(
-                    scope, "run", self.limit, self.spent + self.reserved
-                )
-                raise self.refused
+                raise BudgetExceededError(scope, "run", self.limit, self.spent + self.reserved)
             self.reserved += amount
             ticket = f"e{next(self._ids)}"
             self._tickets[ticket] = (amount, persona, conversation_id)
@@ -113,10 +107,6 @@ class RunBudget:
         async with self._lock:
             self.settled += cost
         return []
-
-    def state(self) -> tuple[float, str | None]:
-        """What was spent, and why a call was refused (None: none was)."""
-        return self.spent, None if self.refused is None else str(self.refused)
 
 
 def check_priced(solvers: dict[str, SolverSetup], prices: PriceTable) -> None:
