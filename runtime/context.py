@@ -110,6 +110,9 @@ class TurnSettings:
     secrets: Mapping[str, str] = field(default_factory=dict)
     #: The persona's allow/deny patterns of tool names.
     tool_filter: ToolFilter = field(default_factory=ToolFilter)
+    #: Whom the persona may message (persona.yaml ``team``: names or patterns;
+    #: None: every persona).
+    team: tuple[str, ...] | None = None
     #: The persona's thinking setting (``on``, ``off``, ``auto``).
     thinking_mode: ThinkingMode = "auto"
     #: The runtime's settings (web search, shell sandbox policy, limits…).
@@ -155,6 +158,11 @@ class TurnOutputs:
     catalogue: Mapping[str, Any] = field(default_factory=dict)
     #: Tools ``find_tools`` found on this turn: offered in full from the next call on.
     revealed: set[str] = field(default_factory=set)
+    #: Refusals by permission rules or people on this turn, by call (tool and
+    #: arguments): the third of one call ends the turn.
+    denials: dict[str, int] = field(default_factory=dict)
+    #: Call ids a person already approved (a turn resumed after a restart).
+    granted: set[str] = field(default_factory=set)
 
 
 def _never() -> bool:
@@ -176,7 +184,8 @@ class TurnContext:
     kind: TurnContextKind = "user"
     #: 0 for a persona's own turn, 1 inside a subagent (no delegation below the top).
     depth: int = 0
-    #: Every persona on the runtime, (name, description), this one included.
+    #: The personas it may message, (name, description), this one included
+    #: (every persona on the runtime unless persona.yaml names a ``team``).
     roster: Sequence[tuple[str, str]] = ()
     #: Personas waiting on this turn's messages, outermost first (ask cycles).
     ask_path: Sequence[str] = ()

@@ -44,6 +44,9 @@ module is named.
     ├── AuditOverloadedError        the audit log holds too many unwritten rows right now
     ├── AuditSpoolInUseError        another audit buffer holds the spool file
     ├── ScheduleStoreError          the schedule store cannot be opened (held by another process)
+    ├── ApprovalError               an approval cannot be answered
+    │   ├── UnknownApprovalError    no approval has that id (for that persona)
+    │   └── ApprovalClosedError     it was answered already, or expired
     ├── ConnectorError              a connector could not deliver, or none runs
     │   └── UnknownConnectorError   under that id (they run in coterie serve)
     ├── ServeError                  a front door failed
@@ -90,6 +93,9 @@ ErrorKind = Literal[
     "invalid_target",
     "ask_cycle",
     "delivery_failed",
+    "not_in_team",
+    # permission rules: a deny rule, or an approval denied or expired
+    "permission_denied",
     # files and paths
     "invalid_path",
     "path_denied",
@@ -376,6 +382,18 @@ class ScheduleStoreError(CoterieError):
     another process holds it, or it is closed."""
 
 
+class ApprovalError(CoterieError):
+    """An approval cannot be answered."""
+
+
+class UnknownApprovalError(ApprovalError):
+    """No approval has that id."""
+
+
+class ApprovalClosedError(ApprovalError):
+    """The approval was answered already, or it expired."""
+
+
 class ConnectorError(CoterieError):
     """A connector could not deliver a message, or none runs under that id."""
 
@@ -417,6 +435,8 @@ class ToolError(Exception):
 
 __all__ = [
     "ERROR_KINDS",
+    "ApprovalClosedError",
+    "ApprovalError",
     "ActorLostError",
     "AskCycleError",
     "AuditOverloadedError",
@@ -445,6 +465,7 @@ __all__ = [
     "ServeError",
     "ToolError",
     "TurnFailedError",
+    "UnknownApprovalError",
     "UnknownConnectorError",
     "UnknownPersonaError",
 ]

@@ -265,6 +265,19 @@ class ScheduleTurn(_Model):
     deliver: Origin | None = None
 
 
+class ResumeCall(_Model):
+    """On a wake: a call that waited for an approval across a restart was
+    answered; the turn goes on from it (it runs, or is refused)."""
+
+    approval_id: str
+    call_id: str
+    tool: str
+    state: Literal["pending", "approved", "denied", "expired"]
+    always: bool = False
+    decided_by: str | None = None
+    via: str | None = None
+
+
 class MessageEnvelope(_Model):
     """Text for a persona's conversation; the reply correlates by ``id``."""
 
@@ -290,6 +303,8 @@ class MessageEnvelope(_Model):
     reply_mode: Literal["return", "mirror", "none"] = "return"
     # Set on a fire of the scheduler (heartbeat, cron entry, reminder).
     schedule: ScheduleTurn | None = None
+    # An approval answered after a restart: the turn it paused goes on.
+    resume: ResumeCall | None = None
 
     def expired(self, at: float | None = None) -> bool:
         """Whether the deadline has passed (at ``at``, default now)."""
@@ -600,6 +615,42 @@ class Compacted(_Event):
     turn_start: int
 
 
+#: Where an approval stands: waiting, or how it was answered.
+ApprovalState = Literal["pending", "approved", "denied", "expired"]
+
+
+class ApprovalEvent(_Event):
+    """A tool call a rule said to ``ask`` about: requested, then decided.
+
+    Recorded in the turn that made the call (its listeners hear it: that is
+    how ``coterie chat`` and the chat page show the question). The
+    ``requested`` event holds what the turn needs to go on after a restart
+    (the call and its arguments, redacted like every audit row); the
+    ``decided`` one says who answered, how and when.
+    """
+
+    kind: Literal["approval"] = "approval"
+    approval_id: str
+    phase: Literal["requested", "decided"]
+    state: ApprovalState
+    tool: str
+    call_id: str
+    #: What the call would do, as a person reads it.
+    summary: str
+    #: The rule that asked (``persona.yaml rule 2: ask shell_exec 'git push'``).
+    rule: str | None = None
+    arguments: Any = None
+    #: When it expires (seconds since the epoch).
+    expires_at: float
+    origin: Origin = Field(default_factory=Origin)
+    #: Who answered (a person's name or token, ``timeout``), and through what
+    #: (``cli``, ``web``, ``telegram``, ``http``, ``timeout``).
+    decided_by: str | None = None
+    via: str | None = None
+    #: The rule an ``always`` wrote, and where.
+    always_rule: dict[str, Any] | None = None
+
+
 class BudgetWarning(_Event):
     """Spending passed a budget's warning share (``budget.warn_at``), or
     its limit, which refuses further model calls until the period ends
@@ -643,6 +694,8 @@ class PersonaStats(BaseModel):
     delegations_running: int
     turns_run: int
     idle_seconds: float
+    #: Tool calls paused on a person's approval.
+    waiting_approval: int = 0
 
 
 TurnEvent = Annotated[
@@ -660,6 +713,7 @@ TurnEvent = Annotated[
     | ScheduleEvent
     | TurnDropped
     | Compacted
+    | ApprovalEvent
     | BudgetWarning,
     Field(discriminator="kind"),
 ]
@@ -682,6 +736,7 @@ StreamItem = Annotated[
     | ScheduleEvent
     | TurnDropped
     | Compacted
+    | ApprovalEvent
     | BudgetWarning
     | TextDelta
     | ReplyEnvelope,
@@ -691,6 +746,9 @@ stream_item_adapter: TypeAdapter[StreamItem] = TypeAdapter(StreamItem)
 
 __all__ = [
     "API_ORIGIN",
+    "ApprovalEvent",
+    "ApprovalState",
+    "ResumeCall",
     "AssistantMessage",
     "BudgetWarning",
     "CallPurpose",

@@ -5,7 +5,8 @@ no tool can wedge a turn. Failures come back as JSON error strings:
 
 ``timeout``, ``crashed``, ``unknown_tool``, ``invalid_arguments`` (with the
 schema echoed), ``repeated_call`` (blocked by the loop's guard) and
-``runner_exception`` (the runner itself failed). A tool raising
+``runner_exception`` (the runner itself failed) and ``permission_denied`` (a
+permission rule or a person refused the call, see :mod:`runtime.permissions`). A tool raising
 :class:`~runtime.errors.ToolError` reports its own kind and detail.
 """
 
@@ -232,6 +233,12 @@ class ToolRunner:
         except ValidationError as exc:
             return self._invalid(call, spec, _validation_detail(exc))
 
+        gate = ctx.services.permissions
+        if gate is not None:
+            # Before the timeout starts: a person may take a while to answer.
+            refusal = await gate.check(spec, args, call, ctx)
+            if refusal is not None:
+                return ToolOutcome(call, refusal, "permission_denied")
         timeout = self.timeout or spec.timeout
         task = asyncio.ensure_future(spec.fn(args, ctx))
         done, _ = await asyncio.wait({task}, timeout=timeout)

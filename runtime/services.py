@@ -309,6 +309,16 @@ class KeyedLocks:
         return len(self._locks)
 
 
+class PermissionService(Protocol):
+    """The permission check before each tool call
+    (:class:`runtime.permissions.gate.PermissionGate`)."""
+
+    async def check(self, spec: Any, args: Any, call: Any, ctx: Any) -> str | None:
+        """None when the call may run, else the error result the model reads
+        (it may wait for a person's approval first)."""
+        ...
+
+
 @dataclass
 class Services:
     """The services a persona's tools are handed (``ctx.services``).
@@ -338,6 +348,8 @@ class Services:
     delegations: DelegationService | None = None
     #: The persona's MCP servers (runtime.mcp.McpHub), when it has any.
     mcp: McpService | None = None
+    #: Its permission rules and approvals (none: every call runs).
+    permissions: PermissionService | None = None
     #: Tasks tools leave running after their call.
     background: BackgroundTasks = field(default_factory=BackgroundTasks)
     #: One lock per file path, so two edits of one file never interleave.
@@ -355,6 +367,7 @@ __all__ = [
     "MemoryService",
     "Messenger",
     "NullAudit",
+    "PermissionService",
     "ProcessService",
     "Reservation",
     "Services",

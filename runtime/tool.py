@@ -28,6 +28,10 @@ from coterie.runtime.context import TurnContext
 from coterie.runtime.messages import ToolDefinition
 
 ToolFn = Callable[[Any, TurnContext], Awaitable[Any]]
+#: How a tool's validated arguments become the effect permission rules read:
+#: a :class:`runtime.permissions.effects.Effect`, or an awaitable of one (a
+#: host lookup). Typed loosely: the permissions package sits above this module.
+EffectFn = Callable[[Any, TurnContext], Any]
 
 PUSHED_NEXT = (
     "Completion will be pushed to this conversation automatically. Do not poll this "
@@ -73,6 +77,8 @@ class ToolSpec:
     parameters: dict[str, Any] | None = None
     # Hints about the tool (an MCP server's annotations: read_only_hint, title…).
     annotations: dict[str, Any] | None = None
+    # What a call does, for permission rules (None: its arguments).
+    effect: EffectFn | None = None
 
     def schema(self) -> dict[str, Any]:
         """The JSON schema of the arguments: the given one, else the pydantic model's."""
@@ -152,11 +158,13 @@ def tool(
     delegation: bool = False,
     available: Callable[[TurnContext], bool] | None = None,
     customize: Callable[[ToolSpec, TurnContext], ToolSpec | None] | None = None,
+    effect: EffectFn | None = None,
 ) -> Callable[[ToolFn], ToolSpec]:
     """Turn ``async def fn(args: ArgsModel, ctx: TurnContext)`` into a :class:`ToolSpec`.
 
     The argument model comes from the annotation of the first parameter and
-    the description from the docstring unless given.
+    the description from the docstring unless given. ``effect(args, ctx)``
+    says what a call does for permission rules (default: its arguments).
     """
 
     def wrap(fn: ToolFn) -> ToolSpec:
@@ -184,6 +192,7 @@ def tool(
             delegation=delegation,
             available=available,
             customize=customize,
+            effect=effect,
         )
 
     return wrap
@@ -271,6 +280,7 @@ class ToolRegistry:
 __all__ = [
     "PUSHED_NEXT",
     "Deferred",
+    "EffectFn",
     "PassThrough",
     "ToolFn",
     "ToolRegistry",

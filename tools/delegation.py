@@ -20,6 +20,7 @@ from coterie.runtime.delegation.acp import AcpRosterError
 from coterie.runtime.delegation.coding import StartRequest, start_coding_agent
 from coterie.runtime.errors import ToolError
 from coterie.runtime.tool import Deferred, ToolSpec, tool
+from coterie.tools._effects import agent_effect
 from coterie.tools._paths import locate
 
 TOP_CONTEXTS = ("user", "heartbeat", "cron")
@@ -116,6 +117,17 @@ def _list_agents(spec: ToolSpec, ctx: TurnContext) -> ToolSpec:
     )
 
 
+def _default_agent(ctx: TurnContext) -> str | None:
+    """The roster's default agent (what a call naming none starts)."""
+    found = _delegations(ctx)
+    if found is None or found.coding is None:
+        return None
+    try:
+        return found.coding.roster.get().default_name()
+    except AcpRosterError:
+        return None
+
+
 class StartCodingAgentArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -140,6 +152,7 @@ class StartCodingAgentArgs(BaseModel):
     contexts=TOP_CONTEXTS,
     available=_has_coding_agents,
     customize=_list_agents,
+    effect=agent_effect(_default_agent),
 )
 async def start_coding_agent_tool(args: StartCodingAgentArgs, ctx: TurnContext) -> Deferred:
     """Hand a complex coding task to an external coding agent (Claude Code,

@@ -27,6 +27,7 @@ from coterie.runtime.errors import ToolError
 from coterie.runtime.tool import tool
 from coterie.tools import _fs
 from coterie.tools._edit import edit_text
+from coterie.tools._effects import file_effect
 from coterie.tools._paths import Target, display, is_secret, locate, within
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def render_lines(text: str, offset: int, limit: int) -> str:
     return "\n".join(out + notes)
 
 
-@tool(name="file_read", timeout=30, allow_repeat=True)
+@tool(name="file_read", timeout=30, allow_repeat=True, effect=file_effect("read"))
 async def file_read(args: FileReadArgs, ctx: TurnContext) -> str:
     """Read a UTF-8 text file as numbered lines (`N<tab>text`). offset is the
     first line (1-based), limit the number of lines (default 2000); long lines
@@ -169,7 +170,7 @@ class FileWriteArgs(BaseModel):
     overwrite: bool = Field(default=False, description="replace the file if it already exists")
 
 
-@tool(name="file_write", timeout=30, available=_can_write)
+@tool(name="file_write", timeout=30, available=_can_write, effect=file_effect("write"))
 async def file_write(args: FileWriteArgs, ctx: TurnContext) -> str:
     """Write a whole UTF-8 text file (at most 1 MB), creating missing parent
     folders. An existing file is only replaced with overwrite: true; to change
@@ -219,7 +220,7 @@ class FileEditArgs(BaseModel):
     )
 
 
-@tool(name="file_edit", timeout=30, available=_can_write)
+@tool(name="file_edit", timeout=30, available=_can_write, effect=file_effect("write"))
 async def file_edit(args: FileEditArgs, ctx: TurnContext) -> str:
     """Replace old_text with new_text in an existing file. old_text must occur
     exactly once (add surrounding lines to make it unique) unless replace_all.
@@ -416,7 +417,7 @@ class FileListArgs(BaseModel):
     )
 
 
-@tool(name="file_list", timeout=30, allow_repeat=True)
+@tool(name="file_list", timeout=30, allow_repeat=True, effect=file_effect("read"))
 async def file_list(args: FileListArgs, ctx: TurnContext) -> str:
     """List a folder's entries (sorted; folders end with /). depth > 1 walks
     sub-folders; at most 500 entries. Use glob to find files by pattern."""
@@ -454,7 +455,7 @@ class GlobArgs(BaseModel):
     path: str = Field(default=".", description="folder to search from; default: your workspace")
 
 
-@tool(name="glob", timeout=30, allow_repeat=True)
+@tool(name="glob", timeout=30, allow_repeat=True, effect=file_effect("read"))
 async def glob(args: GlobArgs, ctx: TurnContext) -> str:
     """Find files whose path (relative to `path`) matches a glob pattern; `**`
     spans folders. .gitignore'd files are skipped. Sorted, at most 200."""
@@ -496,7 +497,7 @@ class GrepArgs(BaseModel):
     max_results: int = Field(default=100, ge=1, le=1000)
 
 
-@tool(name="grep", timeout=60, allow_repeat=True)
+@tool(name="grep", timeout=60, allow_repeat=True, effect=file_effect("read"))
 async def grep(args: GrepArgs, ctx: TurnContext) -> str:
     """Search file contents with a regular expression. Prints `path:line: text`
     sorted by path and line; binary and .gitignore'd files are skipped.

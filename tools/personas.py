@@ -16,7 +16,8 @@ from coterie.runtime.context import TurnContext
 from coterie.runtime.errors import AskCycleError, CoterieError, ToolError, UnknownPersonaError
 from coterie.runtime.messages import MessageEnvelope, inbox_id
 from coterie.runtime.services import Messenger
-from coterie.runtime.tool import tool
+from coterie.runtime.tool import matches_any, tool
+from coterie.tools._effects import persona_effect
 
 ASK_DEFAULT_MS = 120_000
 ASK_MAX_MS = 600_000
@@ -38,6 +39,14 @@ def _check_target(target: str, ctx: TurnContext) -> None:
     # Unknown names are the messenger's to report: the roster may be abridged.
     if target == ctx.persona:
         raise ToolError("invalid_target", "you cannot send a message to yourself")
+    team = ctx.settings.team
+    if team is not None and not matches_any(target, team):
+        members = [n for n, _ in ctx.roster if n != ctx.persona]
+        raise ToolError(
+            "not_in_team",
+            f"{target} is not in your team ({', '.join(team)}: persona.yaml team); you may "
+            f"message {', '.join(members) if members else 'nobody'}",
+        )
 
 
 def ask_chain(ctx: TurnContext, target: str) -> list[str]:
@@ -61,7 +70,13 @@ class SendArgs(BaseModel):
     text: str = Field(min_length=1, max_length=100_000, description="the message")
 
 
-@tool(name="send_to_persona", timeout=30, delegation=True, available=_has_peers)
+@tool(
+    name="send_to_persona",
+    timeout=30,
+    delegation=True,
+    available=_has_peers,
+    effect=persona_effect,
+)
 async def send_to_persona(args: SendArgs, ctx: TurnContext) -> str:
     """Post a message into another persona's inbox and return at once. Its
     reply arrives later in your inbox conversation with it, as a new message.
@@ -99,7 +114,13 @@ class AskArgs(BaseModel):
     )
 
 
-@tool(name="ask_persona", timeout=ASK_TOOL_TIMEOUT, delegation=True, available=_has_peers)
+@tool(
+    name="ask_persona",
+    timeout=ASK_TOOL_TIMEOUT,
+    delegation=True,
+    available=_has_peers,
+    effect=persona_effect,
+)
 async def ask_persona(args: AskArgs, ctx: TurnContext) -> str:
     """Ask another persona and wait for its reply (it answers with its own
     memory, tools and model). Follow-up asks to the same persona continue the

@@ -23,6 +23,7 @@ from coterie.runtime.messages import MessageEnvelope
 from coterie.runtime.services import ProcessService
 from coterie.runtime.shell import SIGNALS, ProcessOutput, StartSpec, load_secrets, scrubbed_env
 from coterie.runtime.tool import tool
+from coterie.tools._effects import shell_effect
 from coterie.tools._paths import workspace_path
 
 log = logging.getLogger("coterie.tools.shell")
@@ -149,7 +150,7 @@ async def _notify_when_done(service: ProcessService, pid: str, ctx: TurnContext)
         log.warning("completion of %s not delivered: %s", pid, exc)
 
 
-@tool(name="shell_exec", timeout=150, available=shell_available)
+@tool(name="shell_exec", timeout=150, available=shell_available, effect=shell_effect)
 async def shell_exec(args: ShellExecArgs, ctx: TurnContext) -> Any:
     """Run a shell command in the workspace (merged stdout+stderr, clean environment).
     Finishing within yield_ms returns exit=N and the output; otherwise the same

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coterie.runtime.context import TurnContext
 from coterie.runtime.errors import ToolError
 from coterie.runtime.tool import tool
+from coterie.tools._effects import web_effect
 from coterie.tools._netpolicy import NetworkPolicy
 
 DEFAULT_MAX_CHARS = 12_000  # stays under the runner's 16k output cap with the wrapper
@@ -55,7 +56,7 @@ class WebFetchArgs(BaseModel):
     )
 
 
-@tool(name="web_fetch", timeout=30)
+@tool(name="web_fetch", timeout=30, effect=web_effect)
 async def web_fetch(args: WebFetchArgs, ctx: TurnContext) -> str:
     """Fetch an http(s) URL and return its readable content as markdown
     (scripts, styles, navigation, headers and footers removed); plain text

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coterie.runtime.messages import (
+    ApprovalEvent,
     BudgetWarning,
     Compacted,
     DelegationEvent,
@@ -143,6 +144,14 @@ def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
         row["call_id"] = event.fire_id
         row["tool"] = event.entry_kind
         row["error_kind"] = SCHEDULE_ERRORS.get(event.outcome)
+    elif isinstance(event, ApprovalEvent):
+        # Joins the call's tool rows; a call that was not approved shows up
+        # in a query for errors.
+        row["call_id"] = event.call_id
+        row["tool"] = event.tool
+        row["status"] = event.state
+        if event.state in ("denied", "expired"):
+            row["error_kind"] = "permission_denied"
     elif isinstance(event, Compacted):
         # How it was compacted (summarized, dropped, elided), and a summarizer
         # that failed shows up in a query for errors.

@@ -125,6 +125,27 @@ ALTER TABLE events ADD COLUMN IF NOT EXISTS cache_write_tokens INTEGER;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS cost_usd DOUBLE;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS context VARCHAR;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS billed_to VARCHAR;
+-- Every approval a permission rule asked for, and where it stands: one row
+-- each, from its requested and decided events (an undecided one past its
+-- expiry reads expired).
+CREATE OR REPLACE VIEW approvals AS
+WITH requested AS (
+    SELECT payload->>'approval_id' AS id, persona, conversation_id, turn_id, tool, call_id,
+           payload->>'summary' AS summary, payload->>'rule' AS rule, ts AS requested,
+           CAST(payload->>'expires_at' AS DOUBLE) AS expires_epoch
+    FROM events WHERE kind = 'approval' AND payload->>'phase' = 'requested'
+), decided AS (
+    SELECT payload->>'approval_id' AS id, arg_max(status, ts) AS state,
+           arg_max(payload->>'decided_by', ts) AS decided_by,
+           arg_max(payload->>'via', ts) AS via, max(ts) AS decided
+    FROM events WHERE kind = 'approval' AND payload->>'phase' = 'decided' GROUP BY 1
+)
+SELECT r.id, r.persona, r.conversation_id, r.turn_id, r.tool, r.call_id, r.summary, r.rule,
+       r.requested, make_timestamp(CAST(r.expires_epoch * 1000000 AS BIGINT)) AS expires,
+       COALESCE(d.state, CASE WHEN r.expires_epoch < epoch(current_timestamp)
+                              THEN 'expired' ELSE 'pending' END) AS state,
+       d.decided_by, d.via, d.decided
+FROM requested r LEFT JOIN decided d USING (id);
 -- Malformed rows that could not go into events, kept as JSON for inspection.
 CREATE TABLE IF NOT EXISTS rejected_rows (
     ts TIMESTAMP NOT NULL,

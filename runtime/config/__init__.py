@@ -11,6 +11,8 @@ field is honoured):
   OpenAI-compatible, Anthropic);
 - :mod:`~coterie.runtime.config.persona`: ``persona.yaml`` and its sections
   (tools, access, network, subagents, coding agents) and loading a persona;
+- :mod:`~coterie.runtime.config.permissions`: ``permissions:`` (rules on
+  what tool calls do, and approvals);
 - :mod:`~coterie.runtime.config.placement`: ``placement:`` of a persona and
   of the runtime's own actors;
 - :mod:`~coterie.runtime.config.settings`: ``runtime.yaml`` and its sections
@@ -58,6 +60,11 @@ from coterie.runtime.config.persona import (
     load_persona_dir,
     parse_persona_config,
 )
+from coterie.runtime.config.permissions import (
+    PermissionAction,
+    PermissionRule,
+    PermissionSettings,
+)
 from coterie.runtime.config.placement import Placement, RuntimePlacement
 from coterie.runtime.config.settings import (
     MemorySettings,
@@ -76,6 +83,9 @@ from coterie.runtime.config.usage import (
 )
 
 __all__ = [
+    "PermissionAction",
+    "PermissionRule",
+    "PermissionSettings",
     "PERSONA_NAME_RE",
     "AccessLevel",
     "AnthropicModelConfig",

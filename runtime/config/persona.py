@@ -1,7 +1,8 @@
 """``persona.yaml`` and its sections, and loading a persona directory.
 
 A persona lives in ``<home>/personas/<name>/`` with ``persona.yaml`` (its
-model, tools, access, network, subagents, coding agents, placement, skills) and
+model, tools, access, network, subagents, coding agents, placement, skills,
+permissions, team) and
 ``SOUL.md`` (its system prompt). Every field that is accepted is honoured;
 unknown fields are errors naming the file and the field.
 """
@@ -17,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from coterie.runtime.config._strict import Strict, describe_error
 from coterie.runtime.config.home import check_persona_name, persona_exists, persona_names
 from coterie.runtime.config.models import ModelConfig
+from coterie.runtime.config.permissions import PermissionSettings
 from coterie.runtime.config.placement import Placement
 from coterie.runtime.config.usage import BudgetSettings, CompactionSettings
 from coterie.runtime.errors import PersonaConfigError, UnknownPersonaError
@@ -133,6 +135,22 @@ class PersonaConfig(Strict):
     compaction: CompactionSettings | None = None
     # What this persona's model calls may cost (and the work it delegates).
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    # Rules on what its tool calls do: allow, ask a person, or deny (the
+    # runtime.yaml rules come after these).
+    permissions: PermissionSettings | None = None
+    # Whom it may message (ask_persona, send_to_persona): names or patterns
+    # (None: every persona).
+    team: list[str] | None = None
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        for i, name in enumerate(value):
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"entry {i}: a name or pattern is empty")
+        return value
 
     @field_validator("skills")
     @classmethod

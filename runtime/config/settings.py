@@ -4,8 +4,9 @@ Every field is optional. Sections: ``memory`` (long-term recall), ``web``
 (``web_fetch`` and ``web_search``), ``serve`` (the front door),
 ``connectors`` (chat apps), ``schedule`` (heartbeats, cron entries and
 reminders), ``skills`` (the prompt's list of skills), ``placement`` (the
-runtime's own actors), and ``compaction``, ``budget`` and ``prices`` (see
-:mod:`~coterie.runtime.config.usage`).
+runtime's own actors), ``permissions`` (every persona's default rules, see
+:mod:`~coterie.runtime.config.permissions`), and ``compaction``, ``budget``
+and ``prices`` (see :mod:`~coterie.runtime.config.usage`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from coterie.runtime.config._strict import Strict, describe_error
 from coterie.runtime.config.connectors import ConnectorSettings
+from coterie.runtime.config.permissions import PermissionSettings
 from coterie.runtime.config.placement import RuntimePlacement
 from coterie.runtime.config.usage import BudgetSettings, CompactionSettings, ModelPrice
 from coterie.runtime.errors import ConfigError
@@ -202,6 +204,11 @@ class RuntimeSettings(Strict):
     budget: BudgetSettings = Field(
         default_factory=lambda: BudgetSettings(),
         description="what the model calls of the whole runtime may cost",
+    )
+    permissions: PermissionSettings = Field(
+        default_factory=lambda: PermissionSettings(),
+        description="every persona's permission rules, after its own (see the guide's "
+        "Permissions and approvals)",
     )
     prices: dict[str, ModelPrice] = Field(
         default_factory=dict,

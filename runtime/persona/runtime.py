@@ -38,10 +38,12 @@ from coterie.runtime.loop import TurnLoop, TurnResult
 from coterie.runtime.mcp.hub import McpHub
 from coterie.runtime.mcp_source import McpToolSource
 from coterie.runtime.messages import (
+    ApprovalEvent,
     DelegationEvent,
     MessageEnvelope,
     PersonaStats,
     ReplyEnvelope,
+    ResumeCall,
     StreamItem,
     inbox_id,
 )
@@ -51,6 +53,8 @@ from coterie.runtime.persona.host import Launchers, PersonaHost
 from coterie.runtime.persona.queues import Batch, ConversationQueues
 from coterie.runtime.persona.turns import TurnBuilder
 from coterie.runtime.persona.wiring import PersonaWiring
+from coterie.runtime.permissions.approvals import Answer, ApprovalDesk, Verdict
+from coterie.runtime.permissions.gate import persona_gate
 from coterie.runtime.runner import ToolRunner
 from coterie.runtime.services import Services
 from coterie.runtime.tool import ToolRegistry
@@ -109,6 +113,16 @@ class PersonaRuntime:
             compaction=compaction,
             summarizer=self.summarizer,
         )
+        # Permission rules (persona.yaml, runtime.yaml, approved.yaml) and the
+        # approvals its calls wait on; a rule naming no tool stops it here.
+        self.approvals = ApprovalDesk(persona.name, audit=self.services.audit)
+        self.approvals.resume = self._resume
+        self.services.permissions = persona_gate(
+            persona,
+            settings.permissions,
+            known_tools=registry.names(),
+            desk=self.approvals,
+        )
         self.turns = TurnBuilder(persona, loop=self.loop, services=self.services, host=self.host)
         # Fires being accepted from the scheduler right now (see receive).
         self._admitting = 0
@@ -157,9 +171,9 @@ class PersonaRuntime:
         return self._admitting > 0 or self.queues.busy()
 
     def idle_for(self) -> float:
-        """Seconds since the last message or turn end (0 while busy or while
-        delegated work runs)."""
-        if self.busy() or self.wiring.running():
+        """Seconds since the last message or turn end (0 while busy, while
+        delegated work runs or while an approval waits)."""
+        if self.busy() or self.wiring.running() or self.approvals.waiting():
             return 0.0
         return time.monotonic() - self.queues.last_activity
 
@@ -186,6 +200,44 @@ class PersonaRuntime:
             delegations_running=self.wiring.running(),
             turns_run=self.turns_run,
             idle_seconds=round(self.idle_for(), 1),
+            waiting_approval=self.approvals.waiting(),
+        )
+
+    # -- approvals ---------------------------------------------------------
+
+    async def decide_approval(
+        self, approval_id: str, answer: Answer, *, by: str | None, via: str
+    ) -> ApprovalEvent:
+        """Answer one of this persona's approvals (``approve``, ``deny``,
+        ``always``); its ``decided`` event. See :class:`ApprovalDesk.decide`."""
+        return await self.approvals.decide(approval_id, answer, by=by, via=via)
+
+    def park_approvals(self, requested: Sequence[ApprovalEvent]) -> int:
+        """Hold approvals an earlier process asked for and never saw answered
+        (their ``requested`` events): answering one resumes its turn."""
+        return self.approvals.park(list(requested))
+
+    async def _resume(self, requested: ApprovalEvent, verdict: Verdict) -> None:
+        """A parked approval was answered: its turn goes on from the call."""
+        self.post(
+            MessageEnvelope(
+                sender="approvals",
+                recipient=self.name,
+                conversation_id=requested.conversation_id,
+                text=f"approval {requested.approval_id}: {verdict.state}",
+                source_kind="wake",
+                reply_mode="none",
+                origin=requested.origin,
+                resume=ResumeCall(
+                    approval_id=requested.approval_id,
+                    call_id=requested.call_id,
+                    tool=requested.tool,
+                    state=verdict.state,
+                    always=verdict.always,
+                    decided_by=verdict.by,
+                    via=verdict.via,
+                ),
+            )
         )
 
     # -- messages in -------------------------------------------------------
@@ -301,6 +353,7 @@ class PersonaRuntime:
         self.queues.close()
         await self.wiring.aclose()
         await self.turns.scheduled.aclose()
+        self.approvals.close()
         await self.model.aclose()
         if self.summarizer is not None:
             await self.summarizer.aclose()

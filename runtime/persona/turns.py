@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from coterie.runtime.config import Persona, runtime_timezone
 from coterie.runtime.context import TurnContext, TurnOutputs, TurnSettings
@@ -50,6 +50,7 @@ from coterie.runtime.runner import remove_old_spills
 from coterie.runtime.services import AuditSink, Services
 from coterie.runtime.shell.env import secrets_to_hide
 from coterie.runtime.skills import SkillCatalog, SkillPrompt, SkillSet
+from coterie.runtime.tool import matches_any
 
 log = logging.getLogger("coterie.persona")
 
@@ -81,6 +82,16 @@ def _fan_out(listeners: list[Callable[[StreamItem], None]]) -> Callable[[StreamI
     return emit
 
 
+def team_roster(
+    name: str, roster: Sequence[tuple[str, str]], team: Sequence[str] | None
+) -> list[tuple[str, str]]:
+    """The part of ``roster`` persona ``name`` may message: itself and its
+    ``team`` (names or patterns); all of it without a team."""
+    if team is None:
+        return list(roster)
+    return [(n, d) for n, d in roster if n == name or matches_any(n, team)]
+
+
 class TurnBuilder:
     """Builds and runs the turns of one persona on the loop it is given."""
 
@@ -109,9 +120,12 @@ class TurnBuilder:
             network=cfg.network,
             cluster_addresses=host.cluster_addresses,
             tool_filter=cfg.tools,
+            team=tuple(cfg.team) if cfg.team is not None else None,
             thinking_mode=cfg.thinking,
             runtime=host.settings,
         )
+        # The personas it may message: its team (and itself), else everyone.
+        self.roster = team_roster(persona.name, host.roster, cfg.team)
         # Its skills: looked at again at each turn's start (a few stats), listed
         # in the system prompt under the runtime's budget.
         self.skills = SkillCatalog(
@@ -144,7 +158,7 @@ class TurnBuilder:
             conversation=batch.conversation,
             turn_id=turn_id,
             kind=first.context,
-            roster=self.host.roster,
+            roster=self.roster,
             ask_path=ask_path,
             origin=first.origin,
             settings=self.turn_settings(),
@@ -161,7 +175,7 @@ class TurnBuilder:
         user_model = await self._user_model()
         return build_system_prompt(
             self.persona,
-            roster=self.host.roster,
+            roster=self.roster,
             user_model=user_model,
             tz=runtime_timezone(),
             skills=self.skill_prompt.listing(
