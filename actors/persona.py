@@ -10,6 +10,7 @@ through their TypeAdapter: several times cheaper than pickling the objects.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import sys
@@ -158,7 +159,9 @@ class PersonaActor:
                 idle_timeout=settings.idle_timeout,
                 stopped=lambda: self.runtime.closing,
             )
-        # Work a killed predecessor delegated is reported lost, once we are up.
+        # Work a killed predecessor delegated is reported lost, and approvals
+        # it asked for are parked (an answer resumes their turn), once we are up.
+        self.runtime.approvals.expect_parked()
         ray.get_runtime_context().current_actor.recover_lost_work.remote()
         # What is alive now lives as long as the process; the SDK comes with
         # the first turn (see _after_turn).
@@ -187,10 +190,19 @@ class PersonaActor:
             started = await remote(
                 read(lambda: self._audit_handle.unfinished_delegations.remote(self.runtime.name))
             )
-            return self.runtime.recover_delegations(started)
+            woken = self.runtime.recover_delegations(started)
         except Exception:  # boundary: a failed check must not take the persona down
             log.exception("%s: no check for lost delegations", self.runtime.name)
-            return 0
+            woken = 0
+        try:
+            requested = await remote(
+                read(lambda: self._audit_handle.pending_approvals.remote(self.runtime.name))
+            )
+            self.runtime.park_approvals(requested)
+        except Exception:  # boundary, likewise: answers then find no approval
+            log.exception("%s: no check for pending approvals", self.runtime.name)
+            self.runtime.approvals.recovered()
+        return woken
 
     def _admit(self, data: str) -> MessageEnvelope:
         if self.watcher is not None:
@@ -215,6 +227,15 @@ class PersonaActor:
         the scheduler once this persona accepted it)."""
         self._after_turn()  # one posted earlier may have run
         await self.runtime.receive(self._admit(data))
+
+    async def decide_approval(self, data: str) -> str:
+        """Answer one of this persona's approvals: ``{"id", "answer", "by",
+        "via"}`` (JSON); its ``decided`` event (JSON)."""
+        request = json.loads(data)
+        event = await self.runtime.decide_approval(
+            request["id"], request["answer"], by=request.get("by"), via=request["via"]
+        )
+        return event.model_dump_json()
 
     async def prepare_passivation(self, idle_timeout: float) -> bool:
         """Close if still idle (the router then kills us); whether we did.

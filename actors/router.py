@@ -263,6 +263,13 @@ class RouterActor:
             await asyncio.to_thread(check_cluster_placement, placement, f"persona {name!r}")
         return handle
 
+    async def decide_approval(self, persona: str, data: str) -> str:
+        """Answer an approval of ``persona`` (activating it: an approval
+        answered after a restart resumes its turn); the decided event (JSON)."""
+        handle = await self.resolve(persona)
+        result: str = await remote(handle.decide_approval.remote(data))
+        return result
+
     async def deliver(self, data: str) -> str:
         """Deliver an envelope (JSON) through the router; the reply (JSON)."""
         return await self.router.deliver(data)

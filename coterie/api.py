@@ -11,11 +11,13 @@ actors are then detached so they outlive this driver.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import AsyncIterator, Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,15 +57,32 @@ from coterie.runtime.config import (
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.errors import (
     ActorLostError,
+    ApprovalClosedError,
+    ApprovalError,
     CoterieError,
     DeliveryError,
+    UnknownApprovalError,
     UnknownPersonaError,
 )
 from coterie.runtime.fires import SchedulerStats
-from coterie.runtime.frontdoor import PersonaInfo
+from coterie.runtime.frontdoor import (
+    ApprovalInfo,
+    PersonaInfo,
+    approvals_of,
+    approvals_sql,
+    valid_approval_id,
+)
 from coterie.runtime.memory import MemoryClient, RecallHit
 from coterie.runtime.memory.choice import EmbedderChoice
-from coterie.runtime.messages import ChatMessage, MessageEnvelope, Origin, ReplyEnvelope, StreamItem
+from coterie.runtime.messages import (
+    ApprovalEvent,
+    ChatMessage,
+    MessageEnvelope,
+    Origin,
+    ReplyEnvelope,
+    StreamItem,
+)
+from coterie.runtime.permissions.approvals import ANSWERS
 from coterie.runtime.routing import Directory, RouterStatus
 from coterie.runtime.schedule.records import ScheduleListing
 
@@ -480,6 +499,57 @@ class Runtime:
     def schedules(self, persona: str | None = None) -> ScheduleListing:
         """See :meth:`schedules_async`."""
         return self._run(self.schedules_async(persona))
+
+    # -- approvals -------------------------------------------------------
+
+    async def approvals_async(
+        self, persona: str | None = None, state: str | None = "pending"
+    ) -> list[ApprovalInfo]:
+        """The approvals permission rules asked for (of one persona, in one
+        state; ``None``: all), oldest first, from the audit log."""
+        return approvals_of(await self.query_async(approvals_sql(persona, state)))
+
+    def approvals(
+        self, persona: str | None = None, state: str | None = "pending"
+    ) -> list[ApprovalInfo]:
+        """See :meth:`approvals_async`."""
+        return self._run(self.approvals_async(persona, state))
+
+    async def decide_approval_async(
+        self, approval_id: str, answer: str, *, by: str | None = None, via: str = "api"
+    ) -> ApprovalInfo:
+        """Answer an approval (``approve``, ``deny``, ``always``): the paused
+        call runs or is refused and its turn goes on — after a restart too
+        (the persona is started and resumes the turn). Raises
+        :class:`UnknownApprovalError` or :class:`ApprovalClosedError`."""
+        if answer not in ANSWERS:
+            raise ApprovalError(f"answer must be one of {', '.join(ANSWERS)}, not {answer!r}")
+        found = []
+        if valid_approval_id(approval_id):
+            found = approvals_of(await self.query_async(approvals_sql(approval_id=approval_id)))
+        if not found:
+            raise UnknownApprovalError(f"no approval {approval_id!r}")
+        info = found[0]
+        if info.state != "pending":
+            raise ApprovalClosedError(f"approval {approval_id} is {info.state} already")
+        data = json.dumps({"id": approval_id, "answer": answer, "by": by, "via": via})
+        decided = ApprovalEvent.model_validate_json(
+            await self.directory.call_router("decide_approval", info.persona, data)
+        )
+        return info.model_copy(
+            update={
+                "state": decided.state,
+                "decided_by": decided.decided_by,
+                "via": decided.via,
+                "decided": datetime.fromtimestamp(decided.ts, UTC).replace(tzinfo=None),
+            }
+        )
+
+    def decide_approval(
+        self, approval_id: str, answer: str, *, by: str | None = None, via: str = "api"
+    ) -> ApprovalInfo:
+        """See :meth:`decide_approval_async`."""
+        return self._run(self.decide_approval_async(approval_id, answer, by=by, via=via))
 
     async def _memory_status(self) -> dict[str, Any]:
         """The memory store's embedder and why it was chosen — or why there is

@@ -44,6 +44,7 @@ module is named.
     ├── AuditOverloadedError        the audit log holds too many unwritten rows right now
     ├── AuditSpoolInUseError        another audit buffer holds the spool file
     ├── ScheduleStoreError          the schedule store cannot be opened (held by another process)
+    ├── ShellParseError             a shell line cannot be read (runtime.permissions.shell)
     ├── ApprovalError               an approval cannot be answered
     │   ├── UnknownApprovalError    no approval has that id (for that persona)
     │   └── ApprovalClosedError     it was answered already, or expired
@@ -435,9 +436,9 @@ class ToolError(Exception):
 
 __all__ = [
     "ERROR_KINDS",
+    "ActorLostError",
     "ApprovalClosedError",
     "ApprovalError",
-    "ActorLostError",
     "AskCycleError",
     "AuditOverloadedError",
     "AuditQueryError",

@@ -22,15 +22,23 @@ doors' folders, so that the doors depend on it and not on each other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from coterie.runtime.audit.query import QueryResult
 from coterie.runtime.memory.records import RecallHit
-from coterie.runtime.messages import ChatMessage, MessageEnvelope, ReplyEnvelope, StreamItem
+from coterie.runtime.messages import (
+    ApprovalState,
+    ChatMessage,
+    MessageEnvelope,
+    ReplyEnvelope,
+    StreamItem,
+)
 
 if TYPE_CHECKING:  # the scheduler's package loads croniter: only for the type
     from coterie.runtime.schedule.records import ScheduleListing
@@ -44,6 +52,54 @@ class PersonaInfo(BaseModel):
     name: str
     description: str
     active: bool
+
+
+class ApprovalInfo(BaseModel):
+    """One approval as the ``approvals`` view of the audit log holds it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    persona: str
+    conversation_id: str
+    turn_id: str
+    tool: str
+    call_id: str
+    summary: str
+    rule: str | None = None
+    requested: datetime
+    expires: datetime
+    state: ApprovalState
+    decided_by: str | None = None
+    via: str | None = None
+    decided: datetime | None = None
+
+
+#: The columns of the ``approvals`` view, as :class:`ApprovalInfo` names them.
+_APPROVAL_COLUMNS = tuple(ApprovalInfo.model_fields)
+_APPROVAL_ID = re.compile(r"^apr_[0-9a-f]{1,64}$")
+
+
+def approvals_sql(
+    persona: str | None = None, state: str | None = None, approval_id: str | None = None
+) -> str:
+    """The query of the ``approvals`` view for these filters (values checked
+    or quoted: they come from a request)."""
+    where: list[str] = []
+    for column, value in (("persona", persona), ("state", state), ("id", approval_id)):
+        if value is not None:
+            where.append(f"{column} = '{value.replace(chr(39), chr(39) * 2)}'")
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    return f"SELECT {', '.join(_APPROVAL_COLUMNS)} FROM approvals{clause} ORDER BY requested"
+
+
+def approvals_of(result: QueryResult) -> list[ApprovalInfo]:
+    """The rows of an :func:`approvals_sql` query."""
+    return [ApprovalInfo(**dict(zip(result.columns, row, strict=True))) for row in result.rows]
+
+
+def valid_approval_id(approval_id: str) -> bool:
+    return bool(_APPROVAL_ID.match(approval_id))
 
 
 class FrontDoor(Protocol):
@@ -96,6 +152,22 @@ class FrontDoor(Protocol):
         reasons, paused queues, schedule files that do not load."""
         ...
 
+    async def approvals_async(
+        self, persona: str | None = None, state: str | None = "pending"
+    ) -> list[ApprovalInfo]:
+        """The approvals permission rules asked for (of one persona, in one
+        state; ``None``: all), oldest first."""
+        ...
+
+    async def decide_approval_async(
+        self, approval_id: str, answer: str, *, by: str | None = None, via: str = "http"
+    ) -> ApprovalInfo:
+        """Answer an approval (``approve``, ``deny``, ``always``): the call it
+        paused runs or is refused, and the turn goes on. Raises
+        :class:`~runtime.errors.UnknownApprovalError` or
+        :class:`~runtime.errors.ApprovalClosedError`."""
+        ...
+
 
 @dataclass(frozen=True)
 class OpenedDoor:
@@ -118,4 +190,13 @@ def message(persona: str, text: str, *, conversation_id: str, wait: bool = True)
     return envelope
 
 
-__all__ = ["FrontDoor", "OpenedDoor", "PersonaInfo", "message"]
+__all__ = [
+    "ApprovalInfo",
+    "FrontDoor",
+    "OpenedDoor",
+    "PersonaInfo",
+    "approvals_of",
+    "approvals_sql",
+    "message",
+    "valid_approval_id",
+]

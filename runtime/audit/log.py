@@ -35,7 +35,12 @@ from coterie.runtime.audit.query import QueryResult
 from coterie.runtime.audit.rows import Row
 from coterie.runtime.audit.writer import AuditWriter
 from coterie.runtime.errors import AuditOverloadedError
-from coterie.runtime.messages import ChatMessage, ConversationRecord, DelegationEvent
+from coterie.runtime.messages import (
+    ApprovalEvent,
+    ChatMessage,
+    ConversationRecord,
+    DelegationEvent,
+)
 
 log = logging.getLogger("coterie.audit")
 
@@ -306,6 +311,11 @@ class AuditLog:
         """``persona``'s delegations started and never finished (pending rows written first)."""
         await self.flush()
         return await asyncio.shield(self._locked(self._writer.unfinished_delegations, persona))
+
+    async def pending_approvals(self, persona: str) -> list[ApprovalEvent]:
+        """``persona``'s approvals requested and never decided (pending rows written first)."""
+        await self.flush()
+        return await asyncio.shield(self._locked(self._writer.pending_approvals, persona))
 
     async def stats(self) -> AuditLogStats:
         """Counters: rows and batches written, rejected rows, write errors, pending."""

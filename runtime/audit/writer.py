@@ -24,6 +24,7 @@ from coterie.runtime.audit.query import QueryResult, run_read_only
 from coterie.runtime.audit.rows import EVENT_COLUMNS, HISTORY_KINDS
 from coterie.runtime.errors import AuditQueryError
 from coterie.runtime.messages import (
+    ApprovalEvent,
     ChatMessage,
     Compacted,
     ConversationRecord,
@@ -422,6 +423,29 @@ class AuditWriter:
         finally:
             cur.close()
         return [cast(DelegationEvent, turn_event_adapter.validate_json(p)) for (p,) in rows]
+
+    def pending_approvals(self, persona: str) -> list[ApprovalEvent]:
+        """``persona``'s approvals requested and never decided (their
+        ``requested`` events, oldest first): calls a process paused and did
+        not live to see answered."""
+        import duckdb
+
+        try:
+            cur = self._connection().cursor()
+        except duckdb.Error as exc:
+            self._lost(exc)
+            raise
+        try:
+            rows = cur.execute(
+                "SELECT payload FROM events WHERE persona = ? AND kind = 'approval' "
+                "AND payload->>'phase' = 'requested' AND payload->>'approval_id' NOT IN ("
+                "SELECT payload->>'approval_id' FROM events WHERE persona = ? "
+                "AND kind = 'approval' AND payload->>'phase' = 'decided') ORDER BY ts, seq",
+                [persona, persona],
+            ).fetchall()
+        finally:
+            cur.close()
+        return [cast(ApprovalEvent, turn_event_adapter.validate_json(p)) for (p,) in rows]
 
     def close(self) -> None:
         """Close the file; further calls raise."""

@@ -47,6 +47,11 @@ from coterie.runtime.config.models import (
     ScriptedToolCall,
     ScriptedWhen,
 )
+from coterie.runtime.config.permissions import (
+    PermissionAction,
+    PermissionRule,
+    PermissionSettings,
+)
 from coterie.runtime.config.persona import (
     AccessLevel,
     CodingAgentSettings,
@@ -59,11 +64,6 @@ from coterie.runtime.config.persona import (
     load_persona,
     load_persona_dir,
     parse_persona_config,
-)
-from coterie.runtime.config.permissions import (
-    PermissionAction,
-    PermissionRule,
-    PermissionSettings,
 )
 from coterie.runtime.config.placement import Placement, RuntimePlacement
 from coterie.runtime.config.settings import (
@@ -83,9 +83,6 @@ from coterie.runtime.config.usage import (
 )
 
 __all__ = [
-    "PermissionAction",
-    "PermissionRule",
-    "PermissionSettings",
     "PERSONA_NAME_RE",
     "AccessLevel",
     "AnthropicModelConfig",
@@ -98,6 +95,9 @@ __all__ = [
     "ModelPrice",
     "NetworkSettings",
     "OpenAIModelConfig",
+    "PermissionAction",
+    "PermissionRule",
+    "PermissionSettings",
     "Persona",
     "PersonaConfig",
     "Placement",

@@ -71,6 +71,7 @@ class ApprovalDesk:
         self._waiting: dict[str, _Waiting] = {}
         self._parked: dict[str, ApprovalEvent] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._resuming: set[asyncio.Future[None]] = set()
         #: Resumes a parked approval's turn (set by the persona).
         self.resume: ResumeFn | None = None
         # Clear while the parked approvals are being read (an answer that
@@ -164,7 +165,9 @@ class ApprovalDesk:
             timer.cancel()
         decided = self._record(parked, self.audit, verdict)
         if self.resume is not None:
-            asyncio.ensure_future(self.resume(parked, verdict))
+            task = asyncio.ensure_future(self.resume(parked, verdict))
+            self._resuming.add(task)
+            task.add_done_callback(self._resuming.discard)
         return decided
 
     def park(self, requested: list[ApprovalEvent]) -> int:

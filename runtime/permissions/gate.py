@@ -134,7 +134,9 @@ class PermissionGate:
         """The rules as given (a subagent inherits them)."""
         return [(source, list(rules)) for source, rules in self.layers]
 
-    async def effect(self, spec: ToolSpec, args: BaseModel, call: ToolCall, ctx: TurnContext) -> Effect:
+    async def effect(
+        self, spec: ToolSpec, args: BaseModel, call: ToolCall, ctx: TurnContext
+    ) -> Effect:
         """What the call would do, for the rules."""
         if spec.effect is None:
             raw = args.model_dump(mode="json")
@@ -213,7 +215,9 @@ class PermissionGate:
             why = f"a person denied it{who}"
         return self._refuse(call, ctx, f"{event.summary}: {why}", approval=event.approval_id)
 
-    def always(self, tool: str, effect: Effect, decision: Decision, verdict: Verdict) -> PermissionRule:
+    def always(
+        self, tool: str, effect: Effect, decision: Decision, verdict: Verdict
+    ) -> PermissionRule:
         """Add an ``allow`` rule for exactly ``effect`` to ``approved.yaml``
         (and to the rules in force now)."""
         day = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -231,6 +235,22 @@ class PermissionGate:
             tmp.write_text(_HEADER + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
             tmp.replace(self.approved_path)
         return rule
+
+    async def always_for(
+        self, spec: ToolSpec | None, call: ToolCall, ctx: TurnContext, resume: Any
+    ) -> None:
+        """``always`` answered after a restart: the rule for the call's effect."""
+        if spec is None:
+            return
+        raw = call.arguments
+        try:
+            args = spec.args_model.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
+        except (ValueError, ValidationError):
+            return
+        effect = await self.effect(spec, args, call, ctx)
+        decision = self.rules.decide(spec.name, effect)
+        verdict = Verdict("approved", always=True, by=resume.decided_by, via=resume.via)
+        self.always(spec.name, effect, decision, verdict)
 
     def _unattended(
         self, spec: ToolSpec, call: ToolCall, ctx: TurnContext, effect: Effect, rule: str

@@ -162,8 +162,8 @@ class _Compiled:
                     except ValueError:
                         continue
                 return False
-            return fnmatch.fnmatchcase(str(names[0]), self.text.lower())  # type: ignore[union-attr]
-        return fnmatch.fnmatchcase(str(subject), self.text)  # type: ignore[arg-type]
+            return fnmatch.fnmatchcase(str(names[0]), (self.text or "").lower())
+        return fnmatch.fnmatchcase(str(subject), self.text or "")
 
 
 def _flags(words: Sequence[str]) -> tuple[set[str], set[str], list[str]]:
@@ -258,7 +258,9 @@ class PermissionRules:
         if not rules:
             return Decision("allow")
         if effect.unreadable is not None:
-            denied = next((c for c in rules if c.text is None and c.ref.rule.action == "deny"), None)
+            denied = next(
+                (c for c in rules if c.text is None and c.ref.rule.action == "deny"), None
+            )
             if denied is not None:
                 return Decision("deny", denied.ref)
             if any(c.text is not None for c in rules):

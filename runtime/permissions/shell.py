@@ -27,6 +27,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from coterie.runtime.errors import CoterieError
+
 #: How deep wrappers and scripts are followed.
 MAX_DEPTH = 8
 #: The most of a script that is read.
@@ -42,7 +44,7 @@ _OPERATOR_CHARS = ";&|()<>"
 ReadScript = Callable[[str], "str | None"]
 
 
-class ShellParseError(ValueError):
+class ShellParseError(CoterieError):
     """The line cannot be read (an unclosed quote or substitution)."""
 
 
@@ -268,9 +270,7 @@ def _inner(argv: list[str]) -> tuple[list[str] | None, str | None, str | None]:
                 return None, " ".join(args[i + 1 :]), None
             elif a.startswith("--split-string="):
                 return None, " ".join([a.split("=", 1)[1], *args[i + 1 :]]), None
-            elif a.startswith("-") and a != "-":
-                i += 1
-            elif a == "-" or ("=" in a and a.split("=", 1)[0].isidentifier()):
+            elif a.startswith("-") or ("=" in a and a.split("=", 1)[0].isidentifier()):
                 i += 1
             else:
                 break
@@ -366,8 +366,8 @@ def _expand(argv: list[str], read_script: ReadScript | None, depth: int) -> list
     out: list[tuple[str, ...]] = [tuple(argv)]
     prog = os.path.basename(argv[0])
     if prog == "find":
-        for inner in _find_exec(argv):
-            out.extend(_expand(inner, read_script, depth + 1))
+        for executed in _find_exec(argv):
+            out.extend(_expand(executed, read_script, depth + 1))
         return out
     inner, text, script = _inner(argv)
     if inner:

@@ -12,6 +12,7 @@ from coterie.runtime.messages import (
     ChatMessage,
     ConversationRecord,
     MessageEnvelope,
+    ToolCall,
     ToolResultMessage,
     UserMessage,
 )
@@ -76,6 +77,14 @@ def unanswered_calls(history: Sequence[ChatMessage]) -> list[ToolResultMessage]:
     return []
 
 
+def last_tool_calls(history: Sequence[ChatMessage]) -> list[ToolCall]:
+    """The tool calls of the last assistant message (none if it made none)."""
+    for message in reversed(history):
+        if isinstance(message, AssistantMessage):
+            return list(message.tool_calls)
+    return []
+
+
 def render_input(envelope: MessageEnvelope) -> str:
     """The text a turn's model sees for an incoming envelope."""
     if envelope.source_kind == "persona":
@@ -85,4 +94,11 @@ def render_input(envelope: MessageEnvelope) -> str:
     return envelope.text
 
 
-__all__ = ["HistoryLoader", "rebuild", "render_input", "trim_history", "unanswered_calls"]
+__all__ = [
+    "HistoryLoader",
+    "last_tool_calls",
+    "rebuild",
+    "render_input",
+    "trim_history",
+    "unanswered_calls",
+]

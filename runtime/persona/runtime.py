@@ -49,12 +49,12 @@ from coterie.runtime.messages import (
 )
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.models.base import Model
+from coterie.runtime.permissions.approvals import Answer, ApprovalDesk, Verdict
+from coterie.runtime.permissions.gate import persona_gate
 from coterie.runtime.persona.host import Launchers, PersonaHost
 from coterie.runtime.persona.queues import Batch, ConversationQueues
 from coterie.runtime.persona.turns import TurnBuilder
 from coterie.runtime.persona.wiring import PersonaWiring
-from coterie.runtime.permissions.approvals import Answer, ApprovalDesk, Verdict
-from coterie.runtime.permissions.gate import persona_gate
 from coterie.runtime.runner import ToolRunner
 from coterie.runtime.services import Services
 from coterie.runtime.tool import ToolRegistry

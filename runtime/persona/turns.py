@@ -33,7 +33,9 @@ from coterie.runtime.messages import (
     HistoryAppended,
     Question,
     QuestionSet,
+    ResumeCall,
     StreamItem,
+    ToolResultMessage,
     TurnEnded,
     TurnEvent,
     TurnStarted,
@@ -41,12 +43,18 @@ from coterie.runtime.messages import (
     UserMessage,
     new_id,
 )
-from coterie.runtime.persona.history import render_input, trim_history, unanswered_calls
+from coterie.runtime.permissions.gate import PermissionGate
+from coterie.runtime.persona.history import (
+    last_tool_calls,
+    render_input,
+    trim_history,
+    unanswered_calls,
+)
 from coterie.runtime.persona.host import PersonaHost
 from coterie.runtime.persona.queues import Batch
 from coterie.runtime.persona.scheduled import ScheduledTurns, light_system_prompt, schedule_of
 from coterie.runtime.prompt import build_system_prompt
-from coterie.runtime.runner import remove_old_spills
+from coterie.runtime.runner import error_result, remove_old_spills
 from coterie.runtime.services import AuditSink, Services
 from coterie.runtime.shell.env import secrets_to_hide
 from coterie.runtime.skills import SkillCatalog, SkillPrompt, SkillSet
@@ -206,15 +214,23 @@ class TurnBuilder:
         )
         if listed is not None:  # a new listing of skills: what it holds and leaves out
             ctx.audit.record(listed)
-        if batch.rebuilt:
-            for missing in unanswered_calls(conversation.history):
-                # The persona died mid-tool-call: its calls get a result, or no
-                # provider would accept the conversation again.
-                self._append(ctx, missing)
+        resumes = {e.resume.call_id: e.resume for e in envelopes if e.resume is not None}
+        resumed = False
+        if batch.rebuilt or resumes:
+            # The persona died mid-tool-call: its calls get a result, or no
+            # provider would accept the conversation again. A call a person
+            # approved since runs now; one they refused is refused.
+            resumed = await self._complete_calls(ctx, resumes)
+        if resumes and not resumed:
+            # The conversation went on without the call: nothing to resume.
+            self._record_end(ctx, started, "skipped", 0, None, False)
+            return TurnResult(text="", status="skipped"), turn_id
         # Where this turn's own messages start (a compaction moves it).
         conversation.turn_start = len(conversation.history)
         for pending in batch.new:
             env = pending.envelope
+            if env.resume is not None:
+                continue  # the turn goes on from its call: no new message
             text = render_input(env)
             if conversation.question is not None and env.source_kind == "user":
                 text = self._answering(ctx, env.text)
@@ -249,6 +265,51 @@ class TurnBuilder:
             await self.scheduled.finish(envelopes, result.status, turn_id=turn_id)
         self._sweep_spills()
         return result, turn_id
+
+    async def _complete_calls(self, ctx: TurnContext, resumes: dict[str, ResumeCall]) -> bool:
+        """Give each call of the last assistant message without a result one:
+        a call whose approval ``resumes`` holds runs (approved) or is refused;
+        any other an ``interrupted`` result (it may or may not have run: it
+        is never run again). Whether a resumed call was among them."""
+        missing = unanswered_calls(ctx.conversation.history)
+        if not missing:
+            return False
+        calls = {c.id: c for c in last_tool_calls(ctx.conversation.history)}
+        resumed = False
+        for placeholder in missing:
+            resume = resumes.get(placeholder.call_id)
+            call = calls.get(placeholder.call_id)
+            if resume is None or call is None:
+                self._append(ctx, placeholder)
+                continue
+            resumed = True
+            if resume.state == "approved":
+                ctx.outputs.granted.add(call.id)
+                gate = self.services.permissions
+                tools = self.loop.registry.visible(ctx)
+                if resume.always and isinstance(gate, PermissionGate):
+                    await gate.always_for(tools.get(call.name), call, ctx, resume)
+                outcome = (await self.loop.runner.run_calls([call], ctx, tools))[0]
+                result = ToolResultMessage(
+                    call_id=call.id,
+                    name=call.name,
+                    content=outcome.content,
+                    error_kind=outcome.error_kind,
+                )
+            else:
+                why = (
+                    "nobody answered the approval in time"
+                    if resume.state == "expired"
+                    else f"a person denied it ({resume.decided_by or 'someone'} via {resume.via})"
+                )
+                result = ToolResultMessage(
+                    call_id=call.id,
+                    name=call.name,
+                    content=error_result("permission_denied", why, approval=resume.approval_id),
+                    error_kind="permission_denied",
+                )
+            self._append(ctx, result)
+        return resumed
 
     def _append(self, ctx: TurnContext, message: ChatMessage) -> None:
         """Add a message to the conversation and to the audit log (which rebuilds it)."""

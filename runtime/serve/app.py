@@ -23,13 +23,18 @@ request comes from loopback and ``serve.loopback_without_token`` is on):
 - ``GET /v1/schedules?persona=`` — heartbeats, cron entries and pending
   reminders (of one persona): next fires in their zones, last outcomes,
   paused queues, schedule files that do not load
+- ``GET /v1/approvals?persona=&state=`` — the approvals permission rules
+  asked for (default: pending); ``POST /v1/approvals/{id}`` —
+  ``{"decision": "approve" | "deny" | "always", "by"?, "via"?}`` answers one
+  (404 unknown, 409 answered or expired already)
 - ``POST /v1/chat/completions``, ``GET /v1/models`` (OpenAI-compatible:
   :mod:`runtime.serve.openai_compat`)
 - ``GET /`` — the chat page (static, holds no data; it asks for the token)
 
 Every error is ``{"error": {"type", "message", "field"?}}`` with its status:
 400 a bad body (``field`` names what), 401 no or wrong token, 404 an unknown
-persona or conversation, 409 a conversation with too many messages waiting,
+persona, conversation or approval, 409 a conversation with too many messages
+waiting or an approval answered already,
 413 a body over ``serve.max_body_bytes``, 429 over ``serve.rate_per_minute``,
 503 while the runtime starts.
 """
@@ -40,7 +45,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
@@ -103,6 +108,14 @@ class PostMessage(_Body):
     stream: bool = False
     # False: queue it and answer 202 at once (nobody waits for the reply).
     wait: bool = True
+
+
+class DecideApproval(_Body):
+    decision: Literal["approve", "deny", "always"]
+    # Who answers (shown in the audit log); how: this route, the chat page,
+    # coterie chat, the Telegram connector.
+    by: str | None = Field(default=None, max_length=200)
+    via: Literal["http", "web", "cli", "telegram"] = "http"
 
 
 class AuditQuery(_Body):
@@ -367,6 +380,33 @@ async def schedules(request: web.Request) -> web.Response:
     return web.json_response(listing.model_dump(mode="json"))
 
 
+async def list_approvals(request: web.Request) -> web.Response:
+    """Approvals (``?persona=``, ``?state=pending|approved|denied|expired|all``;
+    default pending), oldest first."""
+    name = request.query.get("persona") or None
+    if name is not None:
+        name = known_persona_name(request, name, field="persona")
+    state: str | None = request.query.get("state", "pending")
+    if state == "all":
+        state = None
+    elif state not in ("pending", "approved", "denied", "expired"):
+        raise ApiError(
+            400, "invalid_query", "state is pending, approved, denied, expired or all", "state"
+        )
+    found = await backend_of(request).approvals_async(name, state)
+    return web.json_response({"approvals": [a.model_dump(mode="json") for a in found]})
+
+
+async def decide_approval(request: web.Request) -> web.Response:
+    """Answer one approval: ``{"decision": "approve" | "deny" | "always", "by"?, "via"?}``."""
+    approval_id = request.match_info["approval_id"]
+    body: DecideApproval = await read_body(request, DecideApproval)
+    decided = await backend_of(request).decide_approval_async(
+        approval_id, body.decision, by=body.by, via=body.via
+    )
+    return web.json_response({"approval": decided.model_dump(mode="json")})
+
+
 async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC / "index.html")
 
@@ -395,6 +435,8 @@ def build_app(
     app.router.add_get("/v1/connectors", list_connectors)
     app.router.add_get("/v1/connectors/{connector}/messages", connector_messages)
     app.router.add_get("/v1/schedules", schedules)
+    app.router.add_get("/v1/approvals", list_approvals)
+    app.router.add_post("/v1/approvals/{approval_id}", decide_approval)
     openai_compat.add_routes(app)
     app.router.add_get("/", index)
     app.router.add_static("/static/", STATIC)

@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 
 from coterie.runtime.audit.query import QueryResult
 from coterie.runtime.errors import DeliveryError, ServeError
-from coterie.runtime.frontdoor import PersonaInfo
+from coterie.runtime.frontdoor import ApprovalInfo, PersonaInfo
 from coterie.runtime.memory.records import RecallHit
 from coterie.runtime.messages import (
     API_ORIGIN,
@@ -263,6 +263,25 @@ class ServedDoor:
 
         data = await self._call(self.client.get, schedules_path(persona))
         return ScheduleListing.model_validate(data)
+
+    async def approvals_async(
+        self, persona: str | None = None, state: str | None = "pending"
+    ) -> list[ApprovalInfo]:
+        query = {"state": state or "all"}
+        if persona is not None:
+            query["persona"] = persona
+        data = await self._call(self.client.get, f"/v1/approvals?{urlencode(query)}")
+        return [ApprovalInfo.model_validate(a) for a in data["approvals"]]
+
+    async def decide_approval_async(
+        self, approval_id: str, answer: str, *, by: str | None = None, via: str = "http"
+    ) -> ApprovalInfo:
+        body: dict[str, Any] = {"decision": answer, "via": via}
+        if by is not None:
+            body["by"] = by
+        path = f"/v1/approvals/{quote(approval_id, safe='')}"
+        data = await self._call(self.client.post, path, body)
+        return ApprovalInfo.model_validate(data["approval"])
 
 
 __all__ = ["ServedDoor", "ServerClient", "ServerError", "find_server", "schedules_path"]

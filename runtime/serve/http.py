@@ -19,12 +19,15 @@ from pydantic import BaseModel, ValidationError
 from coterie.runtime.config import ServeSettings, persona_exists, persona_names
 from coterie.runtime.connectors.mailbox import MailboxConnector
 from coterie.runtime.errors import (
+    ApprovalClosedError,
+    ApprovalError,
     AuditQueryError,
     CoterieError,
     PersonaConfigError,
     PlacementError,
     QueueFullError,
     ServeError,
+    UnknownApprovalError,
     UnknownPersonaError,
 )
 from coterie.runtime.frontdoor import FrontDoor
@@ -65,6 +68,12 @@ def error_for(exc: CoterieError) -> ApiError:
         return ApiError(409, "queue_full", str(exc))
     if isinstance(exc, AuditQueryError):
         return ApiError(400, "invalid_query", str(exc), "sql")
+    if isinstance(exc, UnknownApprovalError):
+        return ApiError(404, "unknown_approval", str(exc))
+    if isinstance(exc, ApprovalClosedError):
+        return ApiError(409, "approval_closed", str(exc))
+    if isinstance(exc, ApprovalError):
+        return ApiError(400, "invalid_body", str(exc), "decision")
     if isinstance(exc, PlacementError):
         return ApiError(503, "placement", str(exc))
     if isinstance(exc, PersonaConfigError):
