@@ -25,7 +25,7 @@ from typing import Literal
 from coterie.runtime import catalogue
 from coterie.runtime.compaction import Compactor
 from coterie.runtime.config import CompactionSettings
-from coterie.runtime.context import BACKGROUND_CONTEXTS, TurnContext
+from coterie.runtime.context import BACKGROUND_CONTEXTS, EndTask, TurnContext
 from coterie.runtime.errors import (
     BudgetExceededError,
     ContextLengthError,
@@ -72,6 +72,10 @@ _PERIODS: dict[str, Literal["day", "month", "run"]] = {
 }
 #: A warning event's period as a log line names it.
 _PERIOD_WORDS = {"day": "daily", "month": "monthly", "run": "run"}
+
+#: Refusals of one call (same tool and arguments: permission rules, a person,
+#: the repeat guard after them) that end the turn.
+MAX_REFUSALS = 3
 
 STEP_LIMIT_NOTE = (
     "[harness] The step limit of this turn ({max_steps} model calls) is reached. "
@@ -139,6 +143,16 @@ class RepeatGuard:
             if self.count == 2:
                 ctx.outputs.force_thinking = True
             elif self.count >= 3:
+                refused = ctx.outputs.denials.get(key)
+                if refused:
+                    # A call permission rules keep refusing: this block counts
+                    # as one more refusal (the third ends the turn).
+                    ctx.outputs.denials[key] = refused + 1
+                    if refused + 1 >= MAX_REFUSALS and ctx.outputs.end_task is None:
+                        ctx.outputs.end_task = EndTask(
+                            status="failed",
+                            reason=f"the same {call.name} call was refused {refused + 1} times",
+                        )
                 blocked[i] = error_result(
                     "repeated_call",
                     f"identical call to {call.name} made {self.count} times in a row; "
@@ -721,4 +735,4 @@ class TurnLoop:
         )
 
 
-__all__ = ["RepeatGuard", "TurnLoop", "TurnResult", "call_key"]
+__all__ = ["MAX_REFUSALS", "RepeatGuard", "TurnLoop", "TurnResult", "call_key"]

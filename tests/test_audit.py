@@ -374,7 +374,7 @@ def test_writes_are_refused(writer: AuditWriter, sql: str, refused: str) -> None
     with pytest.raises(AuditQueryError, match=f"read-only.*refused {refused}"):
         writer.query(sql)
     assert writer.query("SELECT count(*) FROM events").rows == [(7,)]
-    assert writer.query("SHOW TABLES").rows == [("events",), ("rejected_rows",)]
+    assert writer.query("SHOW TABLES").rows == [("approvals",), ("events",), ("rejected_rows",)]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -30,6 +31,8 @@ from coterie.runtime.services import AuditSink
 Answer = Literal["approve", "deny", "always"]
 ANSWERS: tuple[str, ...] = ("approve", "deny", "always")
 
+#: Ended approvals remembered (a later answer to one is told it ended).
+_CLOSED_KEPT = 1024
 _STATES: dict[str, ApprovalState] = {"approve": "approved", "always": "approved", "deny": "denied"}
 
 
@@ -72,6 +75,8 @@ class ApprovalDesk:
         self._parked: dict[str, ApprovalEvent] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._resuming: set[asyncio.Future[None]] = set()
+        # How the latest approvals ended, so a second answer hears that.
+        self._closed: OrderedDict[str, ApprovalState] = OrderedDict()
         #: Resumes a parked approval's turn (set by the persona).
         self.resume: ResumeFn | None = None
         # Clear while the parked approvals are being read (an answer that
@@ -123,6 +128,9 @@ class ApprovalDesk:
             }
         )
         sink.record(decided)
+        self._closed[event.approval_id] = verdict.state
+        while len(self._closed) > _CLOSED_KEPT:
+            self._closed.popitem(last=False)
         return decided
 
     async def decide(
@@ -138,6 +146,9 @@ class ApprovalDesk:
                 await asyncio.wait_for(self._recovered.wait(), 30)
             except TimeoutError:
                 pass
+        closed = self._closed.get(approval_id)
+        if closed is not None:
+            raise ApprovalClosedError(f"approval {approval_id} is {closed} already")
         verdict = Verdict(_STATES[answer], always=answer == "always", by=by, via=via)
         waiting = self._waiting.get(approval_id)
         if waiting is not None:

@@ -36,6 +36,7 @@ from coterie.runtime.config import PermissionRule, PermissionSettings
 from coterie.runtime.config._strict import Strict, describe_error
 from coterie.runtime.context import EndTask, TurnContext
 from coterie.runtime.errors import PersonaConfigError
+from coterie.runtime.loop import MAX_REFUSALS, call_key
 from coterie.runtime.messages import ApprovalEvent, ToolCall
 from coterie.runtime.permissions.approvals import ApprovalDesk, Verdict, new_approval_id
 from coterie.runtime.permissions.effects import Effect, call_effect
@@ -47,8 +48,6 @@ log = logging.getLogger("coterie.permissions")
 
 #: The file ``always`` writes, in the persona's directory.
 APPROVED_FILE = "approved.yaml"
-#: Refusals of one call (same tool and arguments) that end the turn.
-MAX_DENIALS = 3
 _HEADER = (
     "# Rules a person approved with 'always' (coterie). They are read before\n"
     "# persona.yaml's rules; a deny rule anywhere still wins. Remove an entry\n"
@@ -94,12 +93,6 @@ def exact_rule(tool: str, effect: Effect, decision: Decision, note: str) -> Perm
     else:
         match = _glob_escape(str(decision.subject or effect.subjects[0]))
     return PermissionRule(tool=tool, match=match, action="allow", exact=True, reason=note)
-
-
-def _call_key(call: ToolCall) -> str:
-    args = call.arguments
-    canon = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
-    return f"{call.name}\x00{canon}"
 
 
 class PermissionGate:
@@ -287,12 +280,12 @@ class PermissionGate:
 
     def _refuse(self, call: ToolCall, ctx: TurnContext, detail: str, **extra: Any) -> str:
         outputs = ctx.outputs
-        key = _call_key(call)
+        key = call_key(call)
         outputs.denials[key] = outputs.denials.get(key, 0) + 1
-        if outputs.denials[key] >= MAX_DENIALS and outputs.end_task is None:
+        if outputs.denials[key] >= MAX_REFUSALS and outputs.end_task is None:
             outputs.end_task = EndTask(
                 status="failed",
-                reason=f"the same {call.name} call was refused {MAX_DENIALS} times: {detail}",
+                reason=f"the same {call.name} call was refused {MAX_REFUSALS} times: {detail}",
             )
         return error_result("permission_denied", ctx.settings.redact(detail), **extra)
 
@@ -349,7 +342,6 @@ def persona_gate(
 
 __all__ = [
     "APPROVED_FILE",
-    "MAX_DENIALS",
     "ApprovedRules",
     "PermissionGate",
     "exact_rule",
