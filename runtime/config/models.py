@@ -22,6 +22,8 @@ class ScriptedWhen(Strict):
     contains: str | None = None
     # The kind of turn: user, heartbeat, cron, subagent or eval.
     context: TurnContextKind | None = None
+    # Whether the request ends with tool results (a call came back).
+    tool_result: bool | None = None
 
 
 class ScriptedToolCall(Strict):

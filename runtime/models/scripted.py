@@ -227,7 +227,8 @@ class RulesModel:
     Rules are tried in order; the first whose ``when`` matches answers.
     ``turn`` is the 1-based model call within the current turn, ``contains``
     matches the latest user/inbox text case-insensitively, ``context`` is the
-    kind of turn (``user``, ``heartbeat``, ``cron``, ``subagent``, ``eval``).
+    kind of turn (``user``, ``heartbeat``, ``cron``, ``subagent``, ``eval``),
+    ``tool_result`` whether the request ends with tool results.
     In a rule's text and in the strings of its tool calls' arguments,
     ``{last_tool_result}`` is the newest tool result, ``{tool_result_N}`` the
     N-th result of the latest tool batch,
@@ -253,6 +254,10 @@ class RulesModel:
         if when.turn is not None and when.turn != request.step:
             return False
         if when.context is not None and when.context != request.context:
+            return False
+        if when.tool_result is not None and when.tool_result != (
+            bool(request.messages) and isinstance(request.messages[-1], ToolResultMessage)
+        ):
             return False
         return not (
             when.contains is not None
