@@ -78,6 +78,27 @@ def write_personas(home: Path) -> None:
     ]
     write_persona(home, "asker", {"description": "asks back", "model": model(asker)})
     write_persona(home, "ghost", {"description": "about to vanish", "model": model([])})
+    # Writes outside its workspace only with a person's approval.
+    write_note = {
+        "name": "file_write",
+        "arguments": {"path": "../notes/{input}.md", "content": "noted"},
+    }
+    guard = [
+        {"when": {"tool_result": False}, "tool_calls": [write_note]},
+        {"when": {"tool_result": True}, "text": "Wrote it: {last_tool_result}"},
+    ]
+    write_persona(
+        home,
+        "guard",
+        {
+            "description": "asks before writing outside its workspace",
+            "model": model(guard),
+            "access": "full",
+            "permissions": {
+                "rules": [{"tool": "file_write", "match": "!{workspace}", "action": "ask"}]
+            },
+        },
+    )
     # Schedules for the schedules panel: one in force, one file that does not load.
     standup = {"name": "standup", "cron": "0 9 * * 1-5", "tz": "Europe/Paris", "prompt": "hi"}
     clockwork = write_persona(home, "clockwork", {"description": "keeps time", "model": model([])})
@@ -375,6 +396,38 @@ def test_question_buttons_answer(page: Any, server: ServerState) -> None:
     expect(last(page, ".msg.assistant")).to_have_text(answer)
     turn_done(page)
     expect(buttons.first).to_be_disabled()
+
+
+def test_an_approval_is_answered_with_its_buttons(
+    page: Any, server: ServerState, home: Path, tmp_path: Path
+) -> None:
+    open_page(page, server, "guard")
+    send(page, "plan")
+    box = page.locator("#log .msg.approval")
+    expect(box).to_be_visible()
+    expect(box.locator(".label")).to_have_text("file_write needs your approval")
+    note = home / "personas" / "guard" / "notes" / "plan.md"
+    expect(box.locator(".approval-summary")).to_have_text(f"write {note}")
+    expect(box.locator(".approval-rule")).to_contain_text("ask file_write '!{workspace}'")
+    expect(box.locator("button")).to_have_text(["Approve", "Deny", "Always allow"])
+    assert not note.exists()
+    # The guide's picture of an approval: COTERIE_APPROVAL_SCREENSHOT=docs/images/approval.png
+    shot = Path(os.environ.get("COTERIE_APPROVAL_SCREENSHOT") or tmp_path / "approval.png")
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shot), full_page=True)
+    box.locator("button.approval-approve").click()
+    expect(box.locator(".approval-state")).to_contain_text("approved")
+    expect(last(page, ".msg.assistant")).to_contain_text("Wrote it:")
+    turn_done(page)
+    assert note.read_text() == "noted"
+    # A denial: the model reads permission_denied and nothing is written.
+    send(page, "secret")
+    second = page.locator("#log .msg.approval").last
+    second.locator("button.approval-deny").click()
+    expect(second.locator(".approval-state")).to_contain_text("denied")
+    expect(last(page, ".msg.assistant")).to_contain_text("permission_denied")
+    turn_done(page)
+    assert not (home / "personas" / "guard" / "notes" / "secret.md").exists()
 
 
 def test_text_is_never_markup(page: Any, server: ServerState) -> None:

@@ -427,6 +427,39 @@ function choiceButtons(buttons, target = null) {
   return row;
 }
 
+/** A tool call waiting for a person: what it would do, and Approve / Deny / Always. */
+function approvalBox(item) {
+  const stateLine = el("div", { class: "approval-state" }, "waiting for your answer");
+  const row = el("div", { class: "choices" });
+  const box = el(
+    "div",
+    { class: "msg approval", "data-approval": item.approval_id },
+    el("div", { class: "label" }, `${item.tool} needs your approval`),
+    el("pre", { class: "approval-summary" }, item.summary),
+    item.rule ? el("div", { class: "approval-rule" }, item.rule) : "",
+    row,
+    stateLine,
+  );
+  const answer = async (decision) => {
+    for (const b of row.querySelectorAll("button")) b.disabled = true;
+    try {
+      const body = await api(`/v1/approvals/${seg(item.approval_id)}`, {
+        method: "POST",
+        body: { decision, via: "web" },
+      });
+      stateLine.textContent = `${body.approval.state} (you, ${decision})`;
+      row.remove();
+    } catch (err) {
+      stateLine.textContent = `could not answer: ${err.message}`;
+      for (const b of row.querySelectorAll("button")) b.disabled = false;
+    }
+  };
+  for (const [decision, label] of [["approve", "Approve"], ["deny", "Deny"], ["always", "Always allow"]]) {
+    row.append(el("button", { type: "button", class: `choice approval-${decision}`, onclick: () => answer(decision) }, label));
+  }
+  return box;
+}
+
 function scrollDown() {
   const log = $("#log");
   log.scrollTop = log.scrollHeight;
@@ -472,6 +505,15 @@ class TurnView {
     } else if (kind === "delegation" && (item.phase === "started" || item.phase === "finished")) {
       const status = item.status ? ` (${item.status})` : "";
       this.append(noteLine(`${item.work} ${item.handle} ${item.phase}${status}`));
+    } else if (kind === "approval" && item.phase === "requested") {
+      this.append(approvalBox(item));
+    } else if (kind === "approval" && item.phase === "decided") {
+      const box = this.root.querySelector(`[data-approval="${item.approval_id}"]`);
+      if (box) {
+        box.querySelector(".choices")?.remove();
+        const by = item.decided_by ? ` by ${item.decided_by}` : "";
+        box.querySelector(".approval-state").textContent = `${item.state}${by} (${item.via})`;
+      }
     } else if (kind === "todos") {
       const done = item.todos.filter((t) => t.status === "completed").length;
       this.append(noteLine(`todo list: ${done}/${item.todos.length} done`));
