@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -267,6 +267,15 @@ class Runtime:
             if isinstance(exc, DeliveryError) and type(exc) is not DeliveryError:
                 raise
             yield ReplyEnvelope.failure(envelope, sender=envelope.recipient, error=str(unwrap(exc)))
+
+    def stream(self, envelope: MessageEnvelope) -> Iterator[StreamItem]:
+        """See :meth:`stream_async` (each item as it comes, from this thread)."""
+        items = self.stream_async(envelope)
+        while True:
+            try:
+                yield self._run(items.__anext__())
+            except StopAsyncIteration:
+                return
 
     async def ask_async(
         self,

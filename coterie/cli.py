@@ -141,6 +141,30 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0 if reply.status != "failed" else 1
 
 
+#: What a person may type at an approval prompt, and the answer it gives.
+_ANSWERS = {"y": "approve", "yes": "approve", "n": "deny", "no": "deny", "a": "always"}
+
+
+def _ask_approval(data: dict[str, Any]) -> str:
+    """Prompt for an approval inline; the answer (``deny`` at end of input)."""
+    console.print(
+        f"\n  [yellow]⚠ {data['tool']} needs your approval:[/yellow] ",
+        end="",
+    )
+    console.print(data["summary"], markup=False, highlight=False)
+    if data.get("rule"):
+        console.print(f"    ({data['rule']})", markup=False, highlight=False, style="dim")
+    while True:
+        try:
+            typed = console.input(r"  approve? \[y]es / \[n]o / \[a]lways: ").strip().lower()
+        except EOFError:
+            return "deny"
+        answer = _ANSWERS.get(typed)
+        if answer is not None:
+            return answer
+        console.print("  type y, n or a", style="dim")
+
+
 def _chat_server(server: ServerClient, args: argparse.Namespace, conversation: str) -> int:
     """Chat through the server: the reply streams in, tool calls show as they
     run, and what the persona sends to this session (``cli``) is printed."""
@@ -181,6 +205,13 @@ def _chat_server(server: ServerClient, args: argparse.Namespace, conversation: s
             elif event == "tool_result":
                 mark = "✗ " + data["error_kind"] if data.get("error_kind") else "✓"
                 console.print(f" [dim]{mark} ({data['duration_ms']:.0f} ms)[/dim]")
+            elif event == "approval" and data["phase"] == "requested":
+                answer = _ask_approval(data)
+                path = f"/v1/approvals/{data['approval_id']}"
+                try:
+                    server.post(path, {"decision": answer, "via": "cli", "by": _person()})
+                except ServerError as exc:  # answered elsewhere meanwhile, or expired
+                    _print_error(str(exc))
             elif event == "reply":
                 if data["status"] == "error":
                     _print_error(str(data["error"]))
@@ -196,6 +227,32 @@ def _chat_server(server: ServerClient, args: argparse.Namespace, conversation: s
         console.print()
         for message in server.get(f"/v1/connectors/cli/messages?destination={session}")["messages"]:
             console.print(f"[bold]{message['persona']} (message)>[/bold] {message['text']}")
+
+
+def _local_turn(rt: Any, persona: str, text: str, conversation: str) -> Any:
+    """One turn on this process's runtime: its reply, after asking this
+    terminal about every approval the turn needs."""
+    reply = None
+    for item in rt.stream(rt.envelope(persona, text, conversation_id=conversation)):
+        if item.kind == "approval" and item.phase == "requested":
+            answer = _ask_approval(item.model_dump(mode="json"))
+            try:
+                rt.decide_approval(item.approval_id, answer, by=_person(), via="cli")
+            except CoterieError as exc:  # answered elsewhere meanwhile, or expired
+                _print_error(str(exc))
+        elif item.kind == "reply":
+            reply = item
+    return reply
+
+
+def _person() -> str:
+    """Who answers at this terminal (the audit log's ``decided_by``)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "cli"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -214,11 +271,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 break
             if not text.strip():
                 continue
-            reply = rt.ask(args.persona, text, conversation_id=conversation)
-            if reply.status == "error":
-                err_console.print(
-                    f"error: {reply.error}", style="red", markup=False, highlight=False
-                )
+            reply = _local_turn(rt, args.persona, text, conversation)
+            if reply is None or reply.status == "error":
+                error = reply.error if reply is not None else "no reply"
+                err_console.print(f"error: {error}", style="red", markup=False, highlight=False)
             else:
                 console.print(f"[bold]{args.persona}>[/bold] ", end="")
                 console.print(reply.text, markup=False, highlight=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import signal
 import stat
 import subprocess
@@ -33,6 +35,65 @@ CALC = scripted(
 )
 
 
+#: Writes a note outside its workspace, which a rule says to ask about.
+GUARD = scripted(
+    [
+        {
+            "when": {"tool_result": False},
+            "tool_calls": [
+                {"name": "file_write", "arguments": {"path": "../{input}.md", "content": "hi"}}
+            ],
+        },
+        {"when": {"tool_result": True}, "text": "Wrote it: {last_tool_result}"},
+    ],
+    access="full",
+    permissions={"rules": [{"tool": "file_write", "match": "!{workspace}", "action": "ask"}]},
+    description="asks before writing outside its workspace",
+)
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class Terminal:
+    """A command on a pseudo-terminal, read and typed into as a person would."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.master, slave = os.openpty()
+        self.proc = subprocess.Popen(
+            args, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env, close_fds=True
+        )
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, text: str, timeout: float = 120, count: int = 1) -> str:
+        deadline = time.monotonic() + timeout
+        while self.seen.count(text) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{text!r} did not show; the terminal shows:\n{self.seen}")
+            ready, _, _ = select.select([self.master], [], [], min(left, 1.0))
+            if ready:
+                try:
+                    chunk = os.read(self.master, 4096).decode("utf-8", "replace")
+                except OSError:  # the command exited
+                    chunk = ""
+                self.seen += ANSI.sub("", chunk.replace("\r", ""))
+        return self.seen
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def close(self) -> int:
+        self.type("\x04")  # Ctrl-D
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(f"the command did not end; it showed:\n{self.seen}") from None
+        finally:
+            os.close(self.master)
+
+
 class Served:
     def __init__(self, home: Path, proc: subprocess.Popen[str]) -> None:
         self.home = home
@@ -49,6 +110,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("served-home")
     write_persona(home, "calc", CALC)
     write_persona(home, "asker", asker())
+    write_persona(home, "guard", GUARD)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "coterie", "--home", str(home), "serve", "--port", "0"],
@@ -106,6 +168,42 @@ def test_chat_streams_through_the_server(served: Served) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "through http://127.0.0.1:" in proc.stdout
     assert "⚙ calculate" in proc.stdout and "The answer is 42." in proc.stdout
+
+
+def test_chat_asks_for_an_approval_inline_on_a_terminal(served: Served) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["COLUMNS"] = "200"
+    term = Terminal(
+        [sys.executable, "-m", "coterie", "--home", str(served.home), "chat", "guard"], env
+    )
+    note = served.home / "personas" / "guard" / "plan.md"
+    try:
+        term.expect("you>")
+        term.type("plan\n")
+        shown = term.expect("approve? [y]es / [n]o / [a]lways:")
+        assert "file_write needs your approval" in shown and f"write {note}" in shown
+        assert "persona.yaml rule 1: ask file_write" in shown
+        assert not note.exists()
+        term.type("maybe\n")  # not an answer: asked again
+        term.expect("type y, n or a")
+        term.type("y\n")
+        term.expect("Wrote it:")
+        assert note.read_text() == "hi"
+        term.expect("you>")
+        term.type("other\n")
+        term.expect("approve?", timeout=60)
+        term.type("n\n")
+        term.expect("permission_denied")
+        term.expect("you>", timeout=60, count=3)  # the prompt after the denied turn
+        assert not (served.home / "personas" / "guard" / "other.md").exists()
+    finally:
+        code = term.close()
+    assert code == 0, term.seen
+    rows = served.client().post(
+        "/v1/audit/query",
+        {"sql": "SELECT state, via FROM approvals WHERE persona = 'guard' ORDER BY requested"},
+    )["rows"]
+    assert rows == [["approved", "cli"], ["denied", "cli"]]
 
 
 def test_chat_numbers_a_questions_choices_and_takes_a_number(served: Served) -> None:
