@@ -60,6 +60,16 @@ def write_home(home: Path, api_base: str) -> None:
         scripted(
             [
                 {
+                    "when": {"contains": "write note", "tool_result": False},
+                    "tool_calls": [
+                        {"name": "file_write", "arguments": {"path": "../note.md", "content": "n"}}
+                    ],
+                },
+                {
+                    "when": {"contains": "write note", "tool_result": True},
+                    "text": "wrote: {last_tool_result}",
+                },
+                {
                     "when": {"contains": "trip"},
                     "tool_calls": [
                         {
@@ -85,6 +95,10 @@ def write_home(home: Path, api_base: str) -> None:
                 {"when": {"turn": 2}, "text": "sent"},
             ],
             description="answers on Telegram",
+            access="full",
+            permissions={
+                "rules": [{"tool": "file_write", "match": "!{workspace}", "action": "ask"}]
+            },
         ),
     )
     (home / "runtime.yaml").write_text(
@@ -147,6 +161,36 @@ def test_a_question_has_buttons_and_a_press_answers_it(
     stand_in.run(stand_in.server.wait_answered(answered + 1, timeout=30))
 
 
+def test_an_approval_has_buttons_and_a_press_answers_it(
+    server: ServerState, stand_in: StandInThread
+) -> None:
+    note = server_home(server) / "personas" / "concierge" / "note.md"
+    before = len(stand_in.server.sent)
+    stand_in.call(stand_in.server.push_text, CHAT, "write note please")
+    asked = stand_in.run(stand_in.server.wait_sent(before + 1, timeout=60))[before]
+    assert asked["chat_id"] == CHAT
+    assert (
+        asked["text"].startswith("file_write needs your approval:") and str(note) in asked["text"]
+    )
+    labels = [b["text"] for row in asked["reply_markup"]["inline_keyboard"] for b in row]
+    assert labels == ["Approve", "Deny", "Always allow"]
+    assert not note.exists()
+    stand_in.call(stand_in.server.press, asked, "Approve", username="carol")
+    sent = stand_in.run(stand_in.server.wait_sent(before + 3, timeout=60))[before + 1 :]
+    texts = sorted(m["text"] for m in sent)
+    assert texts[0] == f"approved: write {note}" and texts[1].startswith("wrote: ")
+    assert note.read_text() == "n"
+    rows = ServerClient(server).post(
+        "/v1/audit/query",
+        {"sql": "SELECT state, decided_by, via FROM approvals WHERE persona = 'concierge'"},
+    )["rows"]
+    assert rows == [["approved", "telegram:carol", "telegram"]]
+    # A second press of the same button: the approval is closed, and the chat hears so.
+    stand_in.call(stand_in.server.press, asked, "Deny")
+    late = stand_in.run(stand_in.server.wait_sent(before + 4, timeout=60))[before + 3]
+    assert late["text"].startswith("(not answered)") and "already" in late["text"]
+
+
 def test_send_message_reaches_another_chat(server: ServerState, stand_in: StandInThread) -> None:
     before = len(stand_in.server.sent)
     reply = ServerClient(server).post(
@@ -157,6 +201,10 @@ def test_send_message_reaches_another_chat(server: ServerState, stand_in: StandI
     assert sent["chat_id"] == 777 and sent["text"] == "a note for bob"
     status = ServerClient(server).get("/v1/status")
     assert "telegram" in {c["id"] for c in status["connectors"]}
+
+
+def server_home(server: ServerState) -> Path:
+    return Path(ServerClient(server).get("/v1/status")["home"])
 
 
 def test_without_its_token_the_connector_is_off(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coterie.runtime.connectors.base import (
+    APPROVAL_BUTTONS,
     Capability,
     Connector,
     ConnectorInfo,
@@ -12,6 +13,7 @@ from coterie.runtime.connectors.base import (
 )
 
 __all__ = [
+    "APPROVAL_BUTTONS",
     "Capability",
     "Connector",
     "ConnectorInfo",

@@ -28,6 +28,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: The buttons of an approval, and the answer each gives.
+APPROVAL_BUTTONS: tuple[tuple[str, str], ...] = (
+    ("Approve", "approve"),
+    ("Deny", "deny"),
+    ("Always allow", "always"),
+)
+
+
 class OutboundMessage(_Model):
     """A message a persona sends out through a connector."""
 
@@ -41,6 +49,9 @@ class OutboundMessage(_Model):
     question_id: str | None = None
     buttons: list[str] = Field(default_factory=list)
     expires_at: float | None = None
+    #: An approval a person answers with this message's buttons (then
+    #: ``buttons`` are :data:`APPROVAL_BUTTONS`, in that order).
+    approval_id: str | None = None
     ts: float = Field(default_factory=now)
 
 
@@ -53,6 +64,10 @@ class InboundMessage(_Model):
     sender: str = "user"
     # The question a button press answers (its id), if any.
     answer_to: str | None = None
+    #: A press of an approval's button: the approval, and the answer
+    #: (``approve``, ``deny``, ``always``).
+    approval: str | None = None
+    decision: str | None = None
     # The persona it is for, when the connector knows (else the connector's default).
     persona: str | None = None
 
@@ -94,6 +109,7 @@ def info(connector: Connector) -> ConnectorInfo:
 
 
 __all__ = [
+    "APPROVAL_BUTTONS",
     "Capability",
     "Connector",
     "ConnectorInfo",

@@ -142,7 +142,37 @@ class ConnectorManager:
             task.add_done_callback(running.discard)
             task.add_done_callback(lambda _t: gate.release())
 
+    async def _decide(self, connector: Connector, inbound: InboundMessage) -> None:
+        """A press of an approval's button: answer it, and say how it went."""
+        assert inbound.approval is not None and inbound.decision is not None
+        try:
+            decided = await self.backend.decide_approval_async(
+                inbound.approval,
+                inbound.decision,
+                by=f"{connector.id}:{inbound.sender}",
+                via=connector.id,
+            )
+            text = f"{decided.state}: {decided.summary}"
+            persona, conversation = decided.persona, decided.conversation_id
+        except CoterieError as exc:  # unknown, answered already, expired
+            text = f"(not answered) {exc}"
+            persona = inbound.persona or self.default_persona(connector.id) or ""
+            conversation = ""
+        await self.send(
+            connector,
+            OutboundMessage(
+                connector=connector.id,
+                destination=inbound.destination,
+                text=text,
+                persona=persona,
+                conversation_id=conversation,
+            ),
+        )
+
     async def _answer(self, connector: Connector, inbound: InboundMessage) -> None:
+        if inbound.approval is not None:
+            await self._decide(connector, inbound)
+            return
         persona = inbound.persona or self.default_persona(connector.id)
         if persona is None:
             log.warning("%s: no persona answers %s", connector.id, inbound.destination)

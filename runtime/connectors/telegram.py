@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from coterie.runtime.config.connectors import TelegramSettings
-from coterie.runtime.connectors.base import Capability, InboundMessage, OutboundMessage
+from coterie.runtime.connectors.base import (
+    APPROVAL_BUTTONS,
+    Capability,
+    InboundMessage,
+    OutboundMessage,
+)
 from coterie.runtime.errors import ConnectorError
 from coterie.runtime.messages import now
 
@@ -240,7 +245,10 @@ class TelegramConnector:
         return not self._allowed or chat_id in self._allowed
 
     def _callback_key(self, message: OutboundMessage) -> str:
-        """The question's part of ``callback_data``: its id when that fits."""
+        """The question's part of ``callback_data``: its id when that fits
+        (an approval's id always does)."""
+        if message.approval_id is not None:
+            return message.approval_id
         qid = message.question_id or message.id
         widest = f"{qid}:{len(message.buttons) - 1}"
         if len(widest.encode()) <= MAX_CALLBACK_DATA and not qid.startswith(_ALIAS):
@@ -447,13 +455,27 @@ class TelegramConnector:
         chat_id = query.message.chat.id
         if not self._admit(chat_id):
             return None
+        user = query.from_user
+        key, _, index = (query.data or "").rpartition(":")
+        if key.startswith("apr_") and index.isdigit() and int(index) < len(APPROVAL_BUTTONS):
+            # An approval's button: its id and the answer are in the data
+            # itself, so a press works after a restart of the connector too.
+            await self._answer(query, APPROVAL_BUTTONS[int(index)][0])
+            return InboundMessage(
+                connector=self.id,
+                destination=str(chat_id),
+                text=APPROVAL_BUTTONS[int(index)][0],
+                sender=user.username or user.first_name or "user",
+                approval=key,
+                decision=APPROVAL_BUTTONS[int(index)][1],
+                persona=self.persona,
+            )
         resolved = self._resolve(query)
         if resolved is None:
             await self._answer(query, "This question is no longer open.")
             return None
         await self._answer(query)
         question_id, label = resolved
-        user = query.from_user
         return InboundMessage(
             connector=self.id,
             destination=str(chat_id),

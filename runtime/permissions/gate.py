@@ -19,6 +19,7 @@ turn ends the turn (``failed``).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -34,10 +35,11 @@ from pydantic import BaseModel, ValidationError
 
 from coterie.runtime.config import PermissionRule, PermissionSettings
 from coterie.runtime.config._strict import Strict, describe_error
+from coterie.runtime.connectors.base import APPROVAL_BUTTONS, OutboundMessage
 from coterie.runtime.context import EndTask, TurnContext
-from coterie.runtime.errors import PersonaConfigError
+from coterie.runtime.errors import CoterieError, PersonaConfigError
 from coterie.runtime.loop import MAX_REFUSALS, call_key
-from coterie.runtime.messages import ApprovalEvent, ToolCall
+from coterie.runtime.messages import API_ORIGIN, ApprovalEvent, ToolCall
 from coterie.runtime.permissions.approvals import ApprovalDesk, Verdict, new_approval_id
 from coterie.runtime.permissions.effects import Effect, call_effect
 from coterie.runtime.permissions.rules import Decision, PermissionRules, Places
@@ -48,6 +50,9 @@ log = logging.getLogger("coterie.permissions")
 
 #: The file ``always`` writes, in the persona's directory.
 APPROVED_FILE = "approved.yaml"
+#: Origins whose callers hear the turn's events (the approval prompt comes
+#: with them); any other connector gets a message with buttons.
+_STREAMED = frozenset({API_ORIGIN, "web", "cli"})
 _HEADER = (
     "# Rules a person approved with 'always' (coterie). They are read before\n"
     "# persona.yaml's rules; a deny rule anywhere still wins. Remove an entry\n"
@@ -179,8 +184,45 @@ class PermissionGate:
             origin=ctx.origin,
         )
         log.info("%s: %s waits for approval %s", ctx.persona, spec.name, event.approval_id)
-        verdict = await self.desk.wait(event, ctx.audit)
+        waiting = asyncio.ensure_future(self.desk.wait(event, ctx.audit))
+        try:
+            await asyncio.sleep(0)  # requested (recorded) before anyone hears of it
+            await self._notify(event, ctx)
+            verdict = await waiting
+        finally:
+            if not waiting.done():
+                waiting.cancel()  # the turn was cancelled: the approval stays pending
         return self.apply(verdict, event, spec.name, effect, decision, call, ctx)
+
+    async def _notify(self, event: ApprovalEvent, ctx: TurnContext) -> None:
+        """Show the approval in the chat the turn came from, with its buttons
+        (a connector's chat: Telegram). Streaming callers (``coterie chat``,
+        the chat page) hear the ``approval`` event instead; everyone can see
+        it in ``GET /v1/approvals``."""
+        origin = ctx.origin
+        deliveries = ctx.services.deliveries
+        if deliveries is None or origin.destination is None or origin.connector in _STREAMED:
+            return
+        message = OutboundMessage(
+            connector=origin.connector,
+            destination=origin.destination,
+            text=f"{event.tool} needs your approval:\n{event.summary}\n({event.rule})",
+            persona=ctx.persona,
+            conversation_id=ctx.conversation_id,
+            buttons=[label for label, _ in APPROVAL_BUTTONS],
+            expires_at=event.expires_at,
+            approval_id=event.approval_id,
+        )
+        try:
+            await deliveries.deliver(message)
+        except CoterieError as exc:  # still answerable through the API
+            log.warning(
+                "%s: approval %s not shown on %s: %s",
+                ctx.persona,
+                event.approval_id,
+                origin.connector,
+                exc,
+            )
 
     def apply(
         self,
