@@ -612,3 +612,64 @@ def test_no_rules_means_no_gate(tmp_path: Path) -> None:
     rt = _runtime(tmp_path, "p")
     assert rt.services.permissions is None
     assert os.path.exists(tmp_path / "personas" / "p")
+
+
+# -- delegation inherits ---------------------------------------------------------
+
+
+async def test_a_subagent_runs_under_its_parents_rules(tmp_path: Path) -> None:
+    from coterie.runtime.delegation import LocalSubagents
+    from coterie.runtime.models import build_model
+    from coterie.runtime.persona import Launchers
+
+    read = "file_read"
+    config = scripted(
+        [
+            {
+                "when": {"context": "subagent", "tool_result": False},
+                "tool_calls": [
+                    {"name": read, "arguments": {"path": "secret.txt"}},
+                    {"name": read, "arguments": {"path": "plan.txt"}},
+                    {"name": read, "arguments": {"path": "open.txt"}},
+                ],
+            },
+            {"when": {"context": "subagent"}, "text": "{tool_results}"},
+            {
+                "when": {"turn": 1, "contains": "go"},
+                "tool_calls": [{"name": "spawn_subagent", "arguments": {"task": "read them"}}],
+            },
+            {"when": {"contains": "has finished"}, "text": "report: {input}"},
+        ],
+        permissions={
+            "rules": [
+                {"tool": read, "match": "{workspace}/secret.txt", "action": "deny"},
+                {"tool": read, "match": "{workspace}/plan.txt", "action": "ask"},
+            ]
+        },
+    )
+    path = write_persona(tmp_path, "boss", config)
+    for name in ("secret.txt", "plan.txt", "open.txt"):
+        (path / "workspace").mkdir(exist_ok=True)
+        (path / "workspace" / name).write_text(f"contents of {name}")
+    persona = load_persona(tmp_path, "boss")
+    registry = builtin_registry()
+    rt = PersonaRuntime(
+        persona,
+        model=build_model(persona.config.model),
+        registry=registry,
+        services=Services(audit=Recorder()),
+        launchers=Launchers(subagents=LocalSubagents(registry=registry, model_factory=build_model)),
+    )
+    await rt.handle(MessageEnvelope(recipient="boss", conversation_id="b", text="go"))
+    async with asyncio.timeout(30):
+        while not rt.settled("b"):
+            await asyncio.sleep(0.01)
+    history = rt.conversation("b").history
+    report = history[-1].text  # type: ignore[union-attr]
+    assert report.startswith("report: ")
+    assert "refused by persona.yaml rule 1: deny file_read" in report
+    assert "permissions.unattended: deny" in report  # nobody to ask inside a subagent
+    assert "contents of open.txt" in report
+    assert "contents of secret.txt" not in report and "contents of plan.txt" not in report
+    assert not rt.approvals.pending()
+    await rt.aclose()

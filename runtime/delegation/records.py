@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from coterie.runtime.config import (
     ModelConfig,
     NetworkSettings,
+    PermissionRule,
+    PermissionSettings,
     PersonaConfig,
     RuntimeSettings,
     ThinkingMode,
@@ -87,6 +89,11 @@ class SubagentRequest(BaseModel):
     max_tokens: int = 4096
     output_cap: int = 16_000
     tool_timeout: float | None = None
+    #: Its parent's permission rules, (where written, rules) in order, and
+    #: their settings: a subagent runs under them, and nobody reads along, so
+    #: an ``ask`` follows ``unattended`` (None: no rules).
+    permissions: list[tuple[str, list[PermissionRule]]] = Field(default_factory=list)
+    permission_settings: PermissionSettings | None = None
 
 
 class SubagentLauncher(Protocol):

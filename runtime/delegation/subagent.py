@@ -57,6 +57,8 @@ from coterie.runtime.messages import (
     new_id,
 )
 from coterie.runtime.models.base import Model
+from coterie.runtime.permissions.gate import PermissionGate
+from coterie.runtime.permissions.rules import Places
 from coterie.runtime.runner import ToolRunner
 from coterie.runtime.services import (
     AuditSink,
@@ -149,6 +151,19 @@ class SubagentRun:
         self.conversation = Conversation(request.handle)
         self.turn_id = new_id("turn_")
         self.services = Services(audit=self.audit, processes=processes, budget=budget)
+        if request.permission_settings is not None:
+            # The parent's rules, never more: nobody reads a subagent's turn.
+            self.services.permissions = PermissionGate(
+                request.persona,
+                settings=request.permission_settings,
+                layers=request.permissions,
+                places=Places(
+                    workspace=Path(request.workspace) if request.workspace else None,
+                    persona=Path(request.workspace).parent if request.workspace else None,
+                    home=Path(request.home) if request.home else None,
+                ),
+                attended=False,
+            )
         self.ctx = subagent_context(
             request, conversation=self.conversation, turn_id=self.turn_id, services=self.services
         )
@@ -301,6 +316,14 @@ def choose_tools(possible: list[str], allowed: list[str] | None) -> list[str]:
     return chosen
 
 
+def _inherited_permissions(ctx: TurnContext) -> dict[str, Any]:
+    """The parent's permission rules, for its subagent's request."""
+    gate = ctx.services.permissions
+    if not isinstance(gate, PermissionGate):
+        return {}
+    return {"permissions": gate.layered_rules(), "permission_settings": gate.settings}
+
+
 async def start_subagent(
     ctx: TurnContext, delegations: Delegations, setup: SubagentSetup, args: SpawnRequest
 ) -> Deferred:
@@ -343,6 +366,7 @@ async def start_subagent(
         max_tokens=config.model.max_tokens,
         output_cap=config.output_cap,
         tool_timeout=config.tool_timeout,
+        **_inherited_permissions(ctx),
     )
     # Decide the tools on a context like the subagent's own (the parent's
     # process service stands in for the one the subagent will have).
