@@ -19,9 +19,27 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from coterie.actors._ray import audit_buffer_for, remote
 from coterie.runtime.delegation import Work, WorkOutcome
+from coterie.runtime.delegation.acp.records import AgentPermission, AskPermission
 from coterie.runtime.delegation.coding import ChargedWork, CodingAgentRun
-from coterie.runtime.delegation.records import CodingRequest
+from coterie.runtime.delegation.records import AgentAsk, CodingRequest
 from coterie.runtime.services import AuditSink, BudgetService
+
+
+def _ask_through(asker: Any, request: CodingRequest) -> AskPermission:
+    """Put the agent's permission requests to the persona actor ``asker``."""
+
+    async def ask(question: AgentPermission) -> tuple[bool, str]:
+        data = AgentAsk(
+            handle=request.handle,
+            conversation_id=request.parent_conversation_id,
+            turn_id=request.parent_turn_id,
+            origin=request.origin,
+            question=question,
+        ).model_dump_json()
+        allowed, reason = await remote(asker.agent_permission.remote(data))
+        return bool(allowed), str(reason)
+
+    return ask
 
 
 class CodingAgentActor:
@@ -31,11 +49,16 @@ class CodingAgentActor:
         self.buffer = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
         self.current: CodingAgentRun | None = None
 
-    async def start(self, data: str) -> None:
-        """Start the agent and its session; raises the ``AcpError`` that stopped it."""
+    async def start(self, data: str, asker: Any = None) -> None:
+        """Start the agent and its session; raises the ``AcpError`` that stopped it.
+
+        ``asker``: the persona actor that answers the agent's permission
+        requests under ``permissions: ask``."""
         if self.current is not None:
             raise RuntimeError("a CodingAgent actor runs one task only")
-        self.current = CodingAgentRun(CodingRequest.model_validate_json(data), audit=self.buffer)
+        request = CodingRequest.model_validate_json(data)
+        ask = _ask_through(asker, request) if asker is not None else None
+        self.current = CodingAgentRun(request, audit=self.buffer, ask=ask)
         try:
             await self.current.start()
         except BaseException:
@@ -103,7 +126,11 @@ class RayCodingAgents:
         node_id: str | None = None,
         budget: BudgetService | None = None,
         audit: AuditSink | None = None,
+        asker: Any = None,
     ) -> None:
+        """``asker``: the persona actor an agent's permission requests go to
+        under ``permissions: ask`` (its ``agent_permission`` method)."""
+        self.asker = asker
         self.audit_actor = audit_actor
         self.namespace = namespace
         # The persona's budgets and audit buffer: an agent's reported cost
@@ -118,7 +145,7 @@ class RayCodingAgents:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False),
         ).remote(self.audit_actor, self.namespace)
         try:
-            await remote(actor.start.remote(request.model_dump_json()))
+            await remote(actor.start.remote(request.model_dump_json(), self.asker))
         except BaseException:
             ray.kill(actor, no_restart=True)
             raise

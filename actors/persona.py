@@ -37,6 +37,7 @@ from coterie.actors.subagent import RaySubagents
 from coterie.runtime.audit.loader import ConversationLoader
 from coterie.runtime.config import RuntimeSettings, load_persona
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
+from coterie.runtime.delegation.records import AgentAsk
 from coterie.runtime.memory import MemoryClient
 from coterie.runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
 from coterie.runtime.models import build_model_or_unavailable
@@ -136,6 +137,8 @@ class PersonaActor:
                     namespace=namespace,
                     budget=RouterBudget(self.directory.call_router),
                     audit=self.buffer,
+                    # An agent's requests under permissions: ask come back here.
+                    asker=ray.get_runtime_context().current_actor,
                 ),
                 # One McpServer actor per server, on this node; shared ones from the router.
                 mcp_clients=RayMcpClients(
@@ -227,6 +230,13 @@ class PersonaActor:
         the scheduler once this persona accepted it)."""
         self._after_turn()  # one posted earlier may have run
         await self.runtime.receive(self._admit(data))
+
+    async def agent_permission(self, data: str) -> list[Any]:
+        """A coding agent's permission request (an ``AgentAsk``, JSON) under
+        ``permissions: ask``: ``[allowed, reason]`` once rules or a person
+        decide."""
+        allowed, reason = await self.runtime.agent_permission(AgentAsk.model_validate_json(data))
+        return [allowed, reason]
 
     async def decide_approval(self, data: str) -> str:
         """Answer one of this persona's approvals: ``{"id", "answer", "by",

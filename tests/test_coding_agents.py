@@ -496,3 +496,69 @@ async def test_an_agent_that_reports_nothing_records_no_model_call(tmp_path: Pat
     assert "· ok" in the_wake(rt)
     assert agent_calls(audit) == []
     await rt.aclose()
+
+
+# -- permissions: ask -------------------------------------------------------------
+
+
+async def test_an_agents_permission_requests_go_to_the_rules_and_a_person(
+    tmp_path: Path,
+) -> None:
+    """``permissions: ask``: the persona's rules for ``coding_agent`` answer
+    what they cover; a person answers the rest as approvals."""
+    write_persona(
+        tmp_path,
+        "coder",
+        scripted(
+            permissions={
+                "rules": [
+                    {"tool": "coding_agent", "match": "git status", "action": "allow"},
+                    {"tool": "coding_agent", "match": "rm -rf", "action": "deny"},
+                ]
+            }
+        ),
+    )
+    audit = NullAudit()
+    rt = PersonaRuntime(
+        load_persona(tmp_path, "coder"),
+        model=FunctionModel(delegate),
+        registry=builtin_registry(),
+        services=Services(audit=audit),
+    )
+    write_roster(tmp_path, {"fake": fake_entry("permission", permissions="ask")})
+    workspace = rt.persona.workspace.resolve()
+    requests = [
+        {"title": "status", "kind": "execute", "command": "git status"},
+        {"title": "wipe", "kind": "execute", "command": "bash -c 'rm -rf build'"},
+        {"title": "edit", "kind": "edit", "paths": [str(workspace / "a.py")]},
+        {"title": "fetch", "kind": "execute", "command": "curl https://example.org"},
+    ]
+    reply = await rt.handle(ask(order(task=json.dumps({"requests": requests}))))
+    assert reply.steps == 1
+    answers = iter([("approve", "edit"), ("deny", "fetch")])
+    async with asyncio.timeout(120):
+        while not rt.settled(CONV):
+            pending = rt.approvals.pending()
+            if pending:
+                (approval,) = pending
+                answer, expected = next(answers)
+                assert approval.tool == "coding_agent" and approval.conversation_id == CONV
+                assert expected in str(approval.arguments)
+                if expected == "fetch":
+                    assert approval.summary == "fake wants to run 'curl https://example.org'"
+                await rt.decide_approval(approval.approval_id, answer, by="ana", via="test")
+            await asyncio.sleep(0.05)
+    wake = the_wake(rt)
+    assert "allowed status" in wake and "denied wipe" in wake
+    assert "allowed edit" in wake and "denied fetch" in wake
+    assert "permissions: 2 allowed, 2 denied" in wake
+    decisions = [
+        e.data["decision"]
+        for e in audit.events
+        if isinstance(e, DelegationEvent) and e.phase == "permission"
+    ]
+    reasons = [d["reason"] for d in decisions]
+    assert reasons[0].startswith("allowed by persona.yaml rule 1")
+    assert reasons[1].startswith("refused by persona.yaml rule 2")
+    assert reasons[2:] == ["approved by ana via test", "denied by ana via test"]
+    await rt.aclose()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ from coterie.runtime.shell.sandbox import Sandbox, SandboxChoice
 from coterie.runtime.tool import Deferred
 
 if TYPE_CHECKING:
-    from coterie.runtime.delegation.acp.records import AnyEvent, CodingResult
+    from coterie.runtime.delegation.acp.records import AnyEvent, AskPermission, CodingResult
     from coterie.runtime.delegation.acp.session import AcpSession
 
 log = logging.getLogger("coterie.delegation")
@@ -144,7 +145,15 @@ def terminal_sandbox(request: CodingRequest) -> Sandbox | None:
 class CodingAgentRun:
     """One delegation: an ACP session, its events into the audit log."""
 
-    def __init__(self, request: CodingRequest, *, audit: AuditSink | None = None) -> None:
+    def __init__(
+        self,
+        request: CodingRequest,
+        *,
+        audit: AuditSink | None = None,
+        ask: AskPermission | None = None,
+    ) -> None:
+        """``ask``: where the agent's permission requests go under
+        ``permissions: ask`` (the persona's rules, then a person)."""
         from coterie.runtime.delegation.acp.session import AcpSession
 
         self.request = request
@@ -157,6 +166,7 @@ class CodingAgentRun:
             env=request.env,
             on_update=self._on_update,
             terminals=terminal_sandbox(request),
+            ask=ask,
         )
         # Consecutive message (or thought) chunks, merged into one event.
         self._merging: tuple[str, list[str]] | None = None
@@ -362,14 +372,22 @@ class LocalCodingAgents:
     """Coding agents whose sessions run in this process (no Ray)."""
 
     def __init__(
-        self, *, audit: AuditSink | None = None, budget: BudgetService | None = None
+        self,
+        *,
+        audit: AuditSink | None = None,
+        budget: BudgetService | None = None,
+        ask: Callable[[CodingRequest], AskPermission] | None = None,
     ) -> None:
+        """``ask(request)``: where that delegation's permission requests go
+        under ``permissions: ask``."""
         self.audit = audit
         self.budget = budget
+        self.ask = ask
         self.launched = 0
 
     async def launch(self, request: CodingRequest) -> Work:
-        run = CodingAgentRun(request, audit=self.audit)
+        asker = self.ask(request) if self.ask is not None else None
+        run = CodingAgentRun(request, audit=self.audit, ask=asker)
         try:
             await run.start()
         except BaseException:
@@ -440,6 +458,7 @@ async def start_coding_agent(
         log_path=str(setup.logs / f"{handle}.log"),
         parent_conversation_id=ctx.conversation_id,
         parent_turn_id=ctx.turn_id,
+        origin=ctx.origin,
         hidden={**settings.secrets, **{f"agent env {k}": v for k, v in env.items() if len(v) >= 8}},
         persona_dir=str(settings.persona_dir) if settings.persona_dir else None,
         home=str(settings.home) if settings.home else None,

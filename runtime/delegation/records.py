@@ -24,7 +24,9 @@ from coterie.runtime.config import (
     RuntimeSettings,
     ThinkingMode,
 )
+from coterie.runtime.delegation.acp.records import AgentPermission
 from coterie.runtime.delegation.acp.roster import AgentSpec, RosterFile
+from coterie.runtime.messages import Origin
 from coterie.runtime.tool import ToolRegistry
 
 WorkKind = Literal["subagent", "coding_agent"]
@@ -134,11 +136,27 @@ class CodingRequest(BaseModel):
     log_path: str
     parent_conversation_id: str
     parent_turn_id: str
+    #: Where the delegating turn's message came from: an approval the agent
+    #: needs (``permissions: ask``) is shown there.
+    origin: Origin = Field(default_factory=Origin)
     hidden: dict[str, str] = Field(default_factory=dict)
     # What the client terminals' sandbox hides, and whether it has network.
     persona_dir: str | None = None
     home: str | None = None
     network: bool = False
+
+
+class AgentAsk(BaseModel):
+    """A coding agent's permission request on its way to the persona that
+    delegated the task (roster ``permissions: ask``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    handle: str
+    conversation_id: str
+    turn_id: str
+    origin: Origin = Field(default_factory=Origin)
+    question: AgentPermission
 
 
 class CodingAgentLauncher(Protocol):

@@ -17,6 +17,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from coterie.runtime.permissions.shell import ShellParseError, commands
+
 EffectKind = Literal["shell", "path", "host", "agent", "persona", "call"]
 
 
@@ -90,6 +92,25 @@ def host_effect(tool: str, url: str, host: str, addresses: list[str]) -> Effect:
     return Effect("host", (name, *(a for a in seen if a != name)), f"{tool} {url}")
 
 
+def agent_request_effect(
+    agent: str, command: str | None, paths: list[str], title: str | None, kind: str | None
+) -> Effect:
+    """What a coding agent asks permission for: the command it would run
+    (read like ``shell_exec``'s), else the paths it would touch, else its
+    title; matched as the tool ``coding_agent``."""
+    what = title or kind or "an action"
+    if command:
+        summary = f"{agent} wants to run {command!r}"
+        try:
+            return Effect("shell", tuple(commands(command)), summary)
+        except ShellParseError as exc:
+            return Effect("shell", (), summary, unreadable=str(exc))
+    if paths:
+        real = tuple(os.path.realpath(p) for p in paths)
+        return Effect("path", real, f"{agent} wants to {what}: {', '.join(real)}")
+    return call_effect("coding_agent", {"agent": agent, "title": title, "kind": kind})
+
+
 def named_effect(kind: Literal["agent", "persona"], name: str, summary: str) -> Effect:
     """An effect named by one thing: a coding agent, a persona."""
     return Effect(kind, (name,), summary)
@@ -98,6 +119,7 @@ def named_effect(kind: Literal["agent", "persona"], name: str, summary: str) -> 
 __all__ = [
     "Effect",
     "EffectKind",
+    "agent_request_effect",
     "call_effect",
     "host_effect",
     "named_effect",

@@ -41,13 +41,16 @@ from coterie.runtime.errors import CoterieError, PersonaConfigError
 from coterie.runtime.loop import MAX_REFUSALS, call_key
 from coterie.runtime.messages import API_ORIGIN, ApprovalEvent, ToolCall
 from coterie.runtime.permissions.approvals import ApprovalDesk, Verdict, new_approval_id
-from coterie.runtime.permissions.effects import Effect, call_effect
+from coterie.runtime.permissions.effects import Effect, agent_request_effect, call_effect
 from coterie.runtime.permissions.rules import Decision, PermissionRules, Places
 from coterie.runtime.runner import error_result
+from coterie.runtime.services import AuditSink, DeliveryService
 from coterie.runtime.tool import ToolSpec
 
 log = logging.getLogger("coterie.permissions")
 
+#: The tool name permission rules give a coding agent's own requests.
+AGENT_TOOL = "coding_agent"
 #: The file ``always`` writes, in the persona's directory.
 APPROVED_FILE = "approved.yaml"
 #: Origins whose callers hear the turn's events (the approval prompt comes
@@ -64,6 +67,93 @@ class ApprovedRules(Strict):
     """The contents of ``approved.yaml``."""
 
     rules: list[PermissionRule] = []
+
+
+async def notify(event: ApprovalEvent, deliveries: DeliveryService | None) -> None:
+    """Show an approval in the chat its turn came from, with its buttons (a
+    connector's chat: Telegram). Streaming callers (``coterie chat``, the
+    chat page) hear the ``approval`` event instead; everyone can see it in
+    ``GET /v1/approvals``."""
+    origin = event.origin
+    if deliveries is None or origin.destination is None or origin.connector in _STREAMED:
+        return
+    message = OutboundMessage(
+        connector=origin.connector,
+        destination=origin.destination,
+        text=f"{event.tool} needs your approval:\n{event.summary}\n({event.rule})",
+        persona=event.persona,
+        conversation_id=event.conversation_id,
+        buttons=[label for label, _ in APPROVAL_BUTTONS],
+        expires_at=event.expires_at,
+        approval_id=event.approval_id,
+    )
+    try:
+        await deliveries.deliver(message)
+    except CoterieError as exc:  # still answerable through the API
+        log.warning(
+            "%s: approval %s not shown on %s: %s",
+            event.persona,
+            event.approval_id,
+            origin.connector,
+            exc,
+        )
+
+
+async def agent_permission(
+    gate: PermissionGate | None,
+    desk: ApprovalDesk,
+    *,
+    persona: str,
+    settings: PermissionSettings,
+    ask: Any,
+    audit: AuditSink,
+    deliveries: DeliveryService | None,
+) -> tuple[bool, str]:
+    """A coding agent's permission request under ``permissions: ask`` (an
+    :class:`~runtime.delegation.records.AgentAsk`): the persona's rules for
+    the tool ``coding_agent`` first (deny refuses, allow allows), else a
+    person answers it as an approval. Whether it is allowed, and why."""
+    question = ask.question
+    effect = agent_request_effect(
+        question.agent, question.command, question.paths, question.title, question.tool_kind
+    )
+    decision = gate.rules.decide(AGENT_TOOL, effect) if gate is not None else Decision("allow")
+    if decision.action == "deny" and decision.rule is not None:
+        return False, f"refused by {decision.rule.describe()}"
+    if decision.action == "allow" and decision.rule is not None:
+        return True, f"allowed by {decision.rule.describe()}"
+    rule = decision.rule.describe() if decision.rule else "acp.json: permissions: ask"
+    event = ApprovalEvent(
+        persona=persona,
+        conversation_id=ask.conversation_id,
+        turn_id=ask.turn_id,
+        approval_id=new_approval_id(),
+        phase="requested",
+        state="pending",
+        tool=AGENT_TOOL,
+        call_id=question.tool_call_id,
+        summary=effect.summary,
+        rule=rule,
+        arguments=question.model_dump(mode="json"),
+        expires_at=time.time() + settings.approval_timeout,
+        origin=ask.origin,
+    )
+    waiting = asyncio.ensure_future(desk.wait(event, audit))
+    try:
+        await asyncio.sleep(0)
+        await notify(event, deliveries)
+        verdict = await waiting
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+    who = f"{verdict.by} via {verdict.via}" if verdict.by else str(verdict.via)
+    if verdict.state == "approved":
+        if verdict.always and gate is not None:
+            gate.always(AGENT_TOOL, effect, decision, verdict)
+        return True, f"approved by {who}"
+    if verdict.state == "expired":
+        return False, f"nobody answered within {settings.approval_timeout:g} s"
+    return False, f"denied by {who}"
 
 
 def load_approved(path: Path) -> list[PermissionRule]:
@@ -187,42 +277,12 @@ class PermissionGate:
         waiting = asyncio.ensure_future(self.desk.wait(event, ctx.audit))
         try:
             await asyncio.sleep(0)  # requested (recorded) before anyone hears of it
-            await self._notify(event, ctx)
+            await notify(event, ctx.services.deliveries)
             verdict = await waiting
         finally:
             if not waiting.done():
                 waiting.cancel()  # the turn was cancelled: the approval stays pending
         return self.apply(verdict, event, spec.name, effect, decision, call, ctx)
-
-    async def _notify(self, event: ApprovalEvent, ctx: TurnContext) -> None:
-        """Show the approval in the chat the turn came from, with its buttons
-        (a connector's chat: Telegram). Streaming callers (``coterie chat``,
-        the chat page) hear the ``approval`` event instead; everyone can see
-        it in ``GET /v1/approvals``."""
-        origin = ctx.origin
-        deliveries = ctx.services.deliveries
-        if deliveries is None or origin.destination is None or origin.connector in _STREAMED:
-            return
-        message = OutboundMessage(
-            connector=origin.connector,
-            destination=origin.destination,
-            text=f"{event.tool} needs your approval:\n{event.summary}\n({event.rule})",
-            persona=ctx.persona,
-            conversation_id=ctx.conversation_id,
-            buttons=[label for label, _ in APPROVAL_BUTTONS],
-            expires_at=event.expires_at,
-            approval_id=event.approval_id,
-        )
-        try:
-            await deliveries.deliver(message)
-        except CoterieError as exc:  # still answerable through the API
-            log.warning(
-                "%s: approval %s not shown on %s: %s",
-                ctx.persona,
-                event.approval_id,
-                origin.connector,
-                exc,
-            )
 
     def apply(
         self,
@@ -332,6 +392,18 @@ class PermissionGate:
         return error_result("permission_denied", ctx.settings.redact(detail), **extra)
 
 
+def merged_settings(
+    own: PermissionSettings | None, runtime: PermissionSettings
+) -> PermissionSettings:
+    """``unattended`` and ``approval_timeout``: the persona's where its file
+    sets them, else ``runtime.yaml``'s (the rules are layered apart)."""
+    if own is None:
+        return runtime
+    return runtime.model_copy(
+        update={k: getattr(own, k) for k in own.model_fields_set if k != "rules"}
+    )
+
+
 def persona_gate(
     persona: Any,
     runtime: PermissionSettings,
@@ -346,18 +418,14 @@ def persona_gate(
     own: PermissionSettings | None = persona.config.permissions
     approved_path = persona.path / APPROVED_FILE
     approved = load_approved(approved_path)
-    settings = runtime
-    if own is not None:
-        settings = runtime.model_copy(
-            update={k: getattr(own, k) for k in own.model_fields_set if k != "rules"}
-        )
+    settings = merged_settings(own, runtime)
     layers: list[tuple[str, Sequence[PermissionRule]]] = [
         (APPROVED_FILE, approved),
         ("persona.yaml", own.rules if own is not None else []),
         ("runtime.yaml", runtime.rules),
     ]
     rules = PermissionRules(layers, Places())
-    problems = rules.unknown_tools(known_tools)
+    problems = rules.unknown_tools([*known_tools, AGENT_TOOL])
     if problems:
         by_file = {
             APPROVED_FILE: str(approved_path),
@@ -383,10 +451,14 @@ def persona_gate(
 
 
 __all__ = [
+    "AGENT_TOOL",
     "APPROVED_FILE",
     "ApprovedRules",
     "PermissionGate",
+    "agent_permission",
     "exact_rule",
     "load_approved",
+    "merged_settings",
+    "notify",
     "persona_gate",
 ]

@@ -33,6 +33,8 @@ from typing import Any
 from coterie.runtime.config import Persona, merged_compaction
 from coterie.runtime.context import Conversation
 from coterie.runtime.delegation import Delegations
+from coterie.runtime.delegation.acp.records import AgentPermission, AskPermission
+from coterie.runtime.delegation.records import AgentAsk, CodingRequest
 from coterie.runtime.errors import CoterieError, PersonaPassivatedError
 from coterie.runtime.loop import TurnLoop, TurnResult
 from coterie.runtime.mcp.hub import McpHub
@@ -50,7 +52,12 @@ from coterie.runtime.messages import (
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.models.base import Model
 from coterie.runtime.permissions.approvals import Answer, ApprovalDesk, Verdict
-from coterie.runtime.permissions.gate import persona_gate
+from coterie.runtime.permissions.gate import (
+    PermissionGate,
+    agent_permission,
+    merged_settings,
+    persona_gate,
+)
 from coterie.runtime.persona.host import Launchers, PersonaHost
 from coterie.runtime.persona.queues import Batch, ConversationQueues
 from coterie.runtime.persona.turns import TurnBuilder
@@ -94,6 +101,7 @@ class PersonaRuntime:
             launchers=launchers or Launchers(),
             settings=self.host.settings,
             deliver=self.post,
+            agent_ask=self._agent_asker,
         )
         cfg = persona.config
         settings = self.host.settings
@@ -216,6 +224,39 @@ class PersonaRuntime:
         """Hold approvals an earlier process asked for and never saw answered
         (their ``requested`` events): answering one resumes its turn."""
         return self.approvals.park(list(requested))
+
+    async def agent_permission(self, ask: AgentAsk) -> tuple[bool, str]:
+        """A coding agent's permission request (``permissions: ask``): this
+        persona's rules, else a person; whether it is allowed, and why."""
+        gate = self.services.permissions
+        gate = gate if isinstance(gate, PermissionGate) else None
+        return await agent_permission(
+            gate,
+            self.approvals,
+            persona=self.name,
+            settings=gate.settings
+            if gate is not None
+            else merged_settings(self.persona.config.permissions, self.host.settings.permissions),
+            ask=ask,
+            audit=self.services.audit,
+            deliveries=self.services.deliveries,
+        )
+
+    def _agent_asker(self, request: CodingRequest) -> AskPermission:
+        """Where one delegation's permission requests go (in this process)."""
+
+        async def ask(question: AgentPermission) -> tuple[bool, str]:
+            return await self.agent_permission(
+                AgentAsk(
+                    handle=request.handle,
+                    conversation_id=request.parent_conversation_id,
+                    turn_id=request.parent_turn_id,
+                    origin=request.origin,
+                    question=question,
+                )
+            )
+
+        return ask
 
     async def _resume(self, requested: ApprovalEvent, verdict: Verdict) -> None:
         """A parked approval was answered: its turn goes on from the call."""

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 from coterie.runtime.config import Persona, RuntimeSettings
 from coterie.runtime.delegation import Delegations, LocalSubagents, SubagentSetup
+from coterie.runtime.delegation.acp.records import AskPermission
 from coterie.runtime.delegation.acp.roster import RosterFile
 from coterie.runtime.delegation.coding import LocalCodingAgents
-from coterie.runtime.delegation.records import CodingSetup, SubagentLauncher
+from coterie.runtime.delegation.records import CodingRequest, CodingSetup, SubagentLauncher
 from coterie.runtime.mcp.hub import McpHub, local_clients
 from coterie.runtime.messages import MessageEnvelope
 from coterie.runtime.models import build_model_or_unavailable
@@ -39,6 +40,7 @@ class PersonaWiring:
         launchers: Launchers,
         settings: RuntimeSettings,
         deliver: Callable[[MessageEnvelope], None],
+        agent_ask: Callable[[CodingRequest], AskPermission] | None = None,
     ) -> None:
         """``deliver`` queues a wake in one of the persona's conversations
         (the report of delegated work that finished)."""
@@ -60,7 +62,8 @@ class PersonaWiring:
             config=cfg,
         )
         self.delegations.coding = CodingSetup(
-            launcher=launchers.coding_agents or LocalCodingAgents(audit=services.audit),
+            launcher=launchers.coding_agents
+            or LocalCodingAgents(audit=services.audit, ask=agent_ask),
             roster=RosterFile(home),
             # Outside every persona's directory: agents' stderr stays unreadable to tools.
             logs=home / "logs" / "acp" / persona.name,

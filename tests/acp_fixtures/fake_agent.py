@@ -20,6 +20,11 @@ instructions for the ``fs`` mode. Modes:
   {Usage fields} | null}``: send one ``usage_update`` per cost (the
   session's cumulative cost), reply ``done``, and end the turn with that
   ``usage`` on the PromptResponse.
+- ``permission``: the prompt is ``{"requests": [{"title", "kind", "command"?,
+  "paths"?}]}``: ask ``session/request_permission`` for each (options
+  allow_once and reject_once; a command goes in ``raw_input``, paths in
+  ``locations``) and reply one line per request: ``allowed <title>`` or
+  ``denied <title>``.
 - ``crash``: say something on stderr and in a message, then exit with 3.
 - ``orphan``: on the prompt, start ``sleep 300`` in the same process group
   (holding stdout open), then exit with 4: the child is left behind, like an
@@ -47,7 +52,10 @@ from acp.schema import (
     Implementation,
     InitializeResponse,
     NewSessionResponse,
+    PermissionOption,
     PromptResponse,
+    ToolCallLocation,
+    ToolCallUpdate,
     Usage,
     UsageUpdate,
 )
@@ -124,6 +132,27 @@ class FakeAgent:
                     lines.append(await self.terminal_op(session_id, op))
                 except acp.RequestError as exc:
                     lines.append(f"error {exc}")
+            await self.say(session_id, "\n".join(lines))
+        elif MODE == "permission":
+            lines = []
+            for i, req in enumerate(json.loads(text)["requests"]):
+                raw = {"command": req["command"]} if "command" in req else None
+                answer = await self.conn.request_permission(
+                    session_id=session_id,
+                    tool_call=ToolCallUpdate(
+                        tool_call_id=f"tc-{i}",
+                        title=req["title"],
+                        kind=req["kind"],
+                        raw_input=raw,
+                        locations=[ToolCallLocation(path=p) for p in req.get("paths", [])],
+                    ),
+                    options=[
+                        PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
+                        PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+                    ],
+                )
+                chosen = getattr(answer.outcome, "option_id", None)
+                lines.append(f"{'allowed' if chosen == 'yes' else 'denied'} {req['title']}")
             await self.say(session_id, "\n".join(lines))
         elif MODE in ("stall", "deaf"):
             await self.say(session_id, "working…")

@@ -116,6 +116,14 @@ def decide_permission(
             reason = f".env files are off limits: {', '.join(dotenv)}"
         else:
             reason = "every path inside the workspace"
+    return answer_permission(tool_call, options, allow=allow, reason=reason)
+
+
+def answer_permission(
+    tool_call: ToolCallUpdate, options: list[PermissionOption], *, allow: bool, reason: str
+) -> tuple[PermissionDecision, RequestPermissionResponse]:
+    """The answer that allows (once) or rejects ``tool_call``, and its record."""
+    paths = request_paths(tool_call)
     if allow:
         option = _pick_option(options, ("allow_once", "allow_always"))
     else:
@@ -207,6 +215,7 @@ def write_text(root: Path, path: Path, content: str) -> None:
 __all__ = [
     "FS_MAX_BYTES",
     "Snapshot",
+    "answer_permission",
     "changed_files",
     "decide_permission",
     "inside_root",

@@ -126,6 +126,19 @@ class PermissionDecision(BaseModel):
     reason: str
 
 
+class AgentPermission(BaseModel):
+    """One ``session/request_permission`` put to the persona's rules and a
+    person (roster ``permissions: ask``)."""
+
+    agent: str
+    tool_call_id: str
+    title: str | None = None
+    tool_kind: str | None = None
+    paths: list[str] = Field(default_factory=list)
+    #: The shell command it would run, when it says (``raw_input.command``).
+    command: str | None = None
+
+
 class PermissionEvent(_Event):
     kind: Literal["permission"] = "permission"
     decision: PermissionDecision
@@ -167,6 +180,8 @@ AnyEvent = (
 #: The events as one discriminated union (``TypeAdapter(AcpEvent)`` reads them back).
 AcpEvent = Annotated[AnyEvent, Field(discriminator="kind")]
 UpdateCallback = Callable[[AnyEvent], Awaitable[None] | None]
+#: Under ``permissions: ask``: whether a request is allowed, and why.
+AskPermission = Callable[["AgentPermission"], Awaitable[tuple[bool, str]]]
 
 
 class AgentUsage(BaseModel):
@@ -229,8 +244,10 @@ __all__ = [
     "AcpProtocolError",
     "AcpStartError",
     "AcpStartupTimeoutError",
+    "AgentPermission",
     "AgentUsage",
     "AnyEvent",
+    "AskPermission",
     "CodingResult",
     "FileAccessEvent",
     "MessageEvent",

@@ -50,7 +50,10 @@ Fields of an agent (every other field is an error):
     ``"workspace"`` (default) allows once when every path the request touches
     resolves inside the session's root, and denies anything else (commands,
     network fetches, paths outside); ``"deny"`` denies every request;
-    ``"allow"`` allows every request once.
+    ``"allow"`` allows every request once; ``"ask"`` puts each request to the
+    delegating persona's permission rules (tool ``coding_agent``: its
+    command, its paths) and, where no rule allows or denies it, to a person
+    as an approval.
 ``startup_timeout``
     Seconds from spawning the agent until its session exists (default 60;
     cold adapters take 5–60 s).
@@ -84,7 +87,7 @@ AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _HOME_REF = "${home}"
 
 CwdPolicy = Literal["workspace", "any-in-rails"]
-PermissionPolicy = Literal["workspace", "deny", "allow"]
+PermissionPolicy = Literal["workspace", "deny", "allow", "ask"]
 
 
 class AcpRosterError(ConfigError):

@@ -90,6 +90,7 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from coterie.runtime.delegation.acp.rails import (
+    answer_permission,
     changed_files,
     decide_permission,
     inside_root,
@@ -103,8 +104,10 @@ from coterie.runtime.delegation.acp.records import (
     AcpProtocolError,
     AcpStartError,
     AcpStartupTimeoutError,
+    AgentPermission,
     AgentUsage,
     AnyEvent,
+    AskPermission,
     CodingResult,
     FileAccessEvent,
     MessageEvent,
@@ -273,8 +276,13 @@ class AcpSession:
         max_events: int = 1000,
         snapshot_limit: int = 20000,
         terminals: Sandbox | None = None,
+        ask: AskPermission | None = None,
     ) -> None:
+        """``ask``: where a request goes under ``permissions: ask`` (the
+        delegating persona's rules and a person); without it such a request
+        is denied."""
         self.spec = spec
+        self._ask = ask
         self.name = name
         self.workspace = Path(os.path.realpath(workspace))
         self.log_path = log_path
@@ -733,6 +741,8 @@ class AcpSession:
                 reason="the task is being cancelled",
             )
             response = RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        elif self.spec.permissions == "ask":
+            decision, response = await self._asked(tool_call, options)
         else:
             decision, response = await asyncio.to_thread(
                 decide_permission,
@@ -753,6 +763,26 @@ class AcpSession:
             self.permissions.append(decision)
         await self._emit(PermissionEvent(decision=decision))
         return response
+
+    async def _asked(
+        self, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> tuple[PermissionDecision, RequestPermissionResponse]:
+        """Under ``permissions: ask``: the persona's rules and a person decide."""
+        raw = tool_call.raw_input
+        command = raw.get("command") if isinstance(raw, dict) else None
+        question = AgentPermission(
+            agent=self.name,
+            tool_call_id=tool_call.tool_call_id,
+            title=tool_call.title,
+            tool_kind=tool_call.kind,
+            paths=request_paths(tool_call),
+            command=command if isinstance(command, str) else None,
+        )
+        if self._ask is None:
+            allow, reason = False, "permissions: ask, and nobody to ask here"
+        else:
+            allow, reason = await self._ask(question)
+        return answer_permission(tool_call, options, allow=allow, reason=reason)
 
     async def _checked_path(self, op: Literal["read", "write"], raw: str) -> Path:
         path = await asyncio.to_thread(inside_root, self.workspace, raw)
