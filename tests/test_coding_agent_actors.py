@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import sys
 import threading
 from collections.abc import Iterator
@@ -93,7 +94,23 @@ def home(tmp_path_factory: pytest.TempPathFactory, server: AnthropicStreamServer
         },
         "ghost": {"command": "no-such-coding-agent"},
         "metered": {"command": sys.executable, "args": [str(FAKE_AGENT), "usage"]},
+        "gated": {
+            "command": sys.executable,
+            "args": [str(FAKE_AGENT), "permission"],
+            "permissions": "ask",
+        },
     }
+    write_persona(
+        home,
+        "gatekeeper",
+        scripted(
+            [
+                {"when": {"contains": "finished"}, "text": "The agent reported:\n{input}"},
+                {"when": {"turn": 1}, "tool_calls": [start("{input}", agent="gated")]},
+                {"when": {"turn": 2}, "text": "started"},
+            ],
+        ),
+    )
     write_persona(
         home,
         "meter",
@@ -200,3 +217,27 @@ def test_an_agents_reported_cost_lands_in_duckdb_and_in_the_routers_budget(rt: R
     router = ray.get_actor(router_name(rt.id), namespace=rt.namespace)
     with pytest.raises(BudgetExceededError, match="persona 'meter'"):
         ray.get(router.budget_reserve.remote("meter", 0.2, "m", "meter", conv))
+
+
+def test_an_agents_permission_request_is_approved_by_a_person_across_actors(
+    rt: Runtime,
+) -> None:
+    """The agent's process (a CodingAgent actor) asks the persona's actor,
+    which holds the approval until a person answers it."""
+    conv = "gatekeeper:ask"
+    requests = [{"title": "push", "kind": "execute", "command": "git push origin main"}]
+    reply = rt.ask("gatekeeper", json.dumps({"requests": requests}), conversation_id=conv)
+    assert reply.status == "ok", reply
+    deadline = time.monotonic() + 120
+    while not (pending := rt.approvals("gatekeeper")):
+        assert time.monotonic() < deadline, "no approval was requested"
+        time.sleep(0.2)
+    (approval,) = pending
+    assert approval.tool == "coding_agent" and approval.conversation_id == conv
+    assert approval.summary == "gated wants to run 'git push origin main'"
+    decided = rt.decide_approval(approval.id, "approve", by="ana", via="http")
+    assert decided.state == "approved" and decided.decided_by == "ana"
+    rt.wait_settled("gatekeeper", conv, timeout=120)
+    last = rt.history("gatekeeper", conv)[-1]
+    assert "allowed push" in last.text  # type: ignore[union-attr]
+    assert "permissions: 1 allowed, 0 denied" in last.text  # type: ignore[union-attr]
