@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
