@@ -673,3 +673,58 @@ async def test_a_subagent_runs_under_its_parents_rules(tmp_path: Path) -> None:
     assert "contents of secret.txt" not in report and "contents of plan.txt" not in report
     assert not rt.approvals.pending()
     await rt.aclose()
+
+
+async def test_a_redirect_to_a_host_the_rules_refuse_is_not_followed() -> None:
+    from aiohttp import web
+
+    from coterie.runtime.config import NetworkSettings
+    from coterie.runtime.context import TurnSettings
+    from coterie.runtime.permissions.gate import PermissionGate
+    from coterie.runtime.runner import ToolRunner
+    from coterie.runtime.testing import turn_context
+    from coterie.tools.web import web_fetch
+
+    async def start(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"http://localhost:{request.url.port}/inside")
+
+    async def inside(request: web.Request) -> web.Response:
+        return web.Response(text="the inside page")
+
+    app = web.Application()
+    app.router.add_get("/start", start)
+    app.router.add_get("/inside", inside)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        rules = _rules(
+            [
+                {"tool": "web_fetch", "match": "localhost", "action": "deny"},
+                {"tool": "web_fetch", "match": "127.0.0.1", "action": "allow"},
+            ]
+        )
+        gate = PermissionGate(
+            "p", settings=PermissionSettings(), layers=[("persona.yaml", rules)], places=Places()
+        )
+        ctx = turn_context(
+            settings=TurnSettings(network=NetworkSettings(allow=["127.0.0.0/8", "localhost"])),
+            services=Services(permissions=gate),
+        )
+        call = ToolCall(
+            id="c1", name="web_fetch", arguments={"url": f"http://127.0.0.1:{port}/inside"}
+        )
+        (direct,) = await ToolRunner().run_calls([call], ctx, {"web_fetch": web_fetch})
+        assert "the inside page" in direct.content
+        call = ToolCall(
+            id="c2", name="web_fetch", arguments={"url": f"http://127.0.0.1:{port}/start"}
+        )
+        (redirected,) = await ToolRunner().run_calls([call], ctx, {"web_fetch": web_fetch})
+        assert redirected.error_kind == "permission_denied"
+        assert "redirected to http://localhost" in redirected.content
+        assert "persona.yaml rule 1: deny web_fetch 'localhost'" in redirected.content
+        assert "the inside page" not in redirected.content
+    finally:
+        await runner.cleanup()

@@ -77,7 +77,11 @@ def shell_effect(args: Any, ctx: TurnContext) -> Effect:
 
 async def web_effect(args: Any, ctx: TurnContext) -> Effect:
     """The host a ``web_fetch`` reaches, and the addresses it resolves to."""
-    url = args.url
+    return await url_effect(args.url)
+
+
+async def url_effect(url: str) -> Effect:
+    """The host of ``url``, and the addresses it resolves to."""
     try:
         host = urlsplit(url).hostname or ""
     except ValueError as exc:
@@ -116,5 +120,6 @@ __all__ = [
     "file_effect",
     "persona_effect",
     "shell_effect",
+    "url_effect",
     "web_effect",
 ]

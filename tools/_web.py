@@ -24,6 +24,7 @@ import asyncio
 import json
 import re
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -290,11 +291,20 @@ class _Fetched:
     truncated: bool  # the body went past settings.max_bytes
 
 
+#: Checks a redirect's target before it is followed (permission rules):
+#: raises :class:`ToolError` to refuse it.
+HopCheck = Callable[[str], Awaitable[None]]
+
+
 async def _get(
-    session: aiohttp.ClientSession, start: URL, settings: WebSettings, policy: NetworkPolicy
+    session: aiohttp.ClientSession,
+    start: URL,
+    settings: WebSettings,
+    policy: NetworkPolicy,
+    hop_check: HopCheck | None = None,
 ) -> _Fetched:
     """GET ``start``, following at most ``max_redirects`` redirects to http(s)
-    URLs, each hop's host checked against ``policy``."""
+    URLs, each hop's host checked against ``policy`` (and ``hop_check``)."""
     url = start
     limit = settings.max_redirects
     for hop in range(limit + 1):
@@ -319,6 +329,8 @@ async def _get(
                         f"{url} redirected to a non-http(s) URL "
                         f"({neutralize(str(target)[:300])}); not followed",
                     )
+                if hop_check is not None:
+                    await hop_check(str(target))
                 url = target
                 continue
             body, truncated = await _read_capped(resp, settings.max_bytes)
@@ -335,7 +347,12 @@ async def _get(
 
 
 async def fetch(
-    raw_url: str, *, max_chars: int, settings: WebSettings, policy: NetworkPolicy
+    raw_url: str,
+    *,
+    max_chars: int,
+    settings: WebSettings,
+    policy: NetworkPolicy,
+    hop_check: HopCheck | None = None,
 ) -> str:
     """``raw_url`` fetched and rendered for the model (see ``tools.web.web_fetch``);
     only addresses ``policy`` allows are connected to."""
@@ -356,7 +373,7 @@ async def fetch(
                 async with aiohttp.ClientSession(
                     headers=headers, timeout=timeout, connector=connector, trust_env=False
                 ) as session:
-                    got = await _get(session, url, settings, policy)
+                    got = await _get(session, url, settings, policy, hop_check)
             finally:
                 await resolver.close()
     except TimeoutError:

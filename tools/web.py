@@ -15,13 +15,15 @@ addresses and the cluster's nodes are refused unless allowed.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from coterie.runtime.context import TurnContext
 from coterie.runtime.errors import ToolError
+from coterie.runtime.permissions.gate import PermissionGate
 from coterie.runtime.tool import tool
-from coterie.tools._effects import web_effect
+from coterie.tools._effects import url_effect, web_effect
 from coterie.tools._netpolicy import NetworkPolicy
 
 DEFAULT_MAX_CHARS = 12_000  # stays under the runner's 16k output cap with the wrapper
@@ -72,7 +74,27 @@ async def web_fetch(args: WebFetchArgs, ctx: TurnContext) -> str:
         max_chars=args.max_chars,
         settings=ctx.settings.runtime.web,
         policy=network_policy(ctx),
+        hop_check=_redirect_rules(ctx),
     )
+
+
+def _redirect_rules(ctx: TurnContext) -> Any:
+    """The persona's permission rules on each redirect's host: a redirect the
+    rules would not allow as it is (deny, or ask) is not followed."""
+    gate = ctx.services.permissions
+    if not isinstance(gate, PermissionGate) or not gate.rules.covers("web_fetch"):
+        return None
+
+    async def check(url: str) -> None:
+        refused = gate.refusal("web_fetch", await url_effect(url))
+        if refused is not None:
+            raise ToolError(
+                "permission_denied",
+                f"redirected to {url}, not followed: {refused} (fetch that URL itself to "
+                "have it asked about)",
+            )
+
+    return check
 
 
 class WebSearchArgs(BaseModel):

@@ -218,6 +218,16 @@ class PermissionGate:
         self.layers = [(source, list(rules)) for source, rules in layers]
         self.rules = PermissionRules(self.layers, places)
 
+    def refusal(self, tool: str, effect: Effect) -> str | None:
+        """Why the rules would not let ``tool`` do ``effect`` without asking
+        (a redirect's target: there is no asking mid-call); None if they allow it."""
+        decision = self.rules.decide(tool, effect)
+        if decision.action == "allow":
+            return None
+        if decision.rule is not None:
+            return f"{effect.summary}: {decision.action} by {decision.rule.describe()}"
+        return f"{effect.summary}: {decision.note or decision.action}"
+
     def layered_rules(self) -> list[tuple[str, list[PermissionRule]]]:
         """The rules as given (a subagent inherits them)."""
         return [(source, list(rules)) for source, rules in self.layers]
