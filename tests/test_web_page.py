@@ -430,6 +430,32 @@ def test_an_approval_is_answered_with_its_buttons(
     assert not (home / "personas" / "guard" / "notes" / "secret.md").exists()
 
 
+def test_an_approval_no_turn_on_the_page_streamed_shows_too(
+    page: Any, server: ServerState, home: Path
+) -> None:
+    """Asked by a turn someone else started (another client, a delegation):
+    the page lists the picked persona's pending approvals."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{server.url}/v1/personas/guard/messages",
+        data=json.dumps({"text": "elsewhere", "conversation_id": "g-api", "wait": False}).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {server.token}"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 202
+    open_page(page, server, "guard")
+    box = page.locator("#approvals .msg.approval")
+    expect(box).to_be_visible()
+    expect(box.locator(".approval-summary")).to_contain_text("notes/elsewhere.md")
+    expect(box).to_contain_text("conversation g-api")
+    box.locator("button.approval-deny").click()
+    expect(box.locator(".approval-state")).to_contain_text("denied")
+    assert not (home / "personas" / "guard" / "notes" / "elsewhere.md").exists()
+
+
 def test_text_is_never_markup(page: Any, server: ServerState) -> None:
     open_page(page, server, "asker")
     text = '<img src=x onerror="window.__pwned=1"><b>bold</b>'

@@ -4,6 +4,7 @@
 const TOKEN_KEY = "coterie.token";
 const SESSION_KEY = "coterie.session";
 const POLL_WAIT_S = 20;
+const APPROVAL_POLL_MS = 2000;
 
 const $ = (selector, root = document) => root.querySelector(selector);
 
@@ -15,6 +16,7 @@ const state = {
   conversation: null,
   streaming: false,
   pollGeneration: 0,
+  approvalGeneration: 0,
 };
 
 // -- small helpers ------------------------------------------------------------
@@ -229,6 +231,7 @@ async function useToken(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
   hideTokenForm();
   pollConnector();
+  pollApprovals();
 }
 
 // -- personas and conversations -------------------------------------------------
@@ -443,7 +446,7 @@ function approvalBox(item) {
   const answer = async (decision) => {
     for (const b of row.querySelectorAll("button")) b.disabled = true;
     try {
-      const body = await api(`/v1/approvals/${seg(item.approval_id)}`, {
+      const body = await api(`v1/approvals/${seg(item.approval_id)}`, {
         method: "POST",
         body: { decision, via: "web" },
       });
@@ -506,6 +509,8 @@ class TurnView {
       const status = item.status ? ` (${item.status})` : "";
       this.append(noteLine(`${item.work} ${item.handle} ${item.phase}${status}`));
     } else if (kind === "approval" && item.phase === "requested") {
+      // Listed by the poll first: shown here, in its turn, instead.
+      $("#approvals")?.querySelector(`[data-approval="${item.approval_id}"]`)?.remove();
       this.append(approvalBox(item));
     } else if (kind === "approval" && item.phase === "decided") {
       const box = this.root.querySelector(`[data-approval="${item.approval_id}"]`);
@@ -616,6 +621,44 @@ function showConnectorMessage(message) {
     (here ? last : log).append(choiceButtons(message.buttons, target));
   }
   scrollDown();
+}
+
+/** Approvals of the picked persona that no turn on this page streamed: asked by
+ * a coding agent it delegated to, a message sent elsewhere, another tab. */
+async function pollApprovals() {
+  const generation = ++state.approvalGeneration;
+  while (generation === state.approvalGeneration) {
+    const persona = state.persona;
+    if (persona) {
+      try {
+        const data = await api(`v1/approvals?persona=${encodeURIComponent(persona)}`);
+        const panel = approvalsPanel();
+        const open = new Set(data.approvals.map((a) => a.id));
+        for (const box of panel.querySelectorAll("[data-approval]")) {
+          // Answered elsewhere (or expired): gone. One answered here keeps its line.
+          if (!open.has(box.dataset.approval) && box.querySelector(".choices")) box.remove();
+        }
+        for (const a of data.approvals) {
+          if (document.querySelector(`[data-approval="${a.id}"]`)) continue;
+          const box = approvalBox({ approval_id: a.id, tool: a.tool, summary: a.summary, rule: a.rule });
+          box.append(el("div", { class: "approval-rule" }, `conversation ${a.conversation_id}`));
+          panel.append(box);
+        }
+      } catch (err) {
+        if (err.status === 401 || generation !== state.approvalGeneration) return;
+      }
+    }
+    await sleep(APPROVAL_POLL_MS);
+  }
+}
+
+function approvalsPanel() {
+  let panel = $("#approvals");
+  if (!panel) {
+    panel = el("div", { id: "approvals", "aria-live": "polite" });
+    $("#log").before(panel);
+  }
+  return panel;
 }
 
 async function pollConnector() {
