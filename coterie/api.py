@@ -271,11 +271,19 @@ class Runtime:
     def stream(self, envelope: MessageEnvelope) -> Iterator[StreamItem]:
         """See :meth:`stream_async` (each item as it comes, from this thread)."""
         items = self.stream_async(envelope)
-        while True:
+
+        async def step() -> tuple[bool, StreamItem | None]:
             try:
-                yield self._run(items.__anext__())
+                return True, await items.__anext__()
             except StopAsyncIteration:
+                return False, None
+
+        while True:
+            more, item = self._run(step())
+            if not more:
                 return
+            assert item is not None
+            yield item
 
     async def ask_async(
         self,
