@@ -416,7 +416,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     )
     print_table(
-        ["persona", "conversations", "turns running", "queued", "delegations", "turns run"],
+        [
+            "persona",
+            "conversations",
+            "turns running",
+            "queued",
+            "delegations",
+            "waiting approval",
+            "turns run",
+        ],
         [
             (
                 p["name"],
@@ -424,6 +432,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 p["turns_running"],
                 p["queued"],
                 p["delegations_running"],
+                p.get("waiting_approval", 0),
                 p["turns_run"],
             )
             for p in personas["active"]

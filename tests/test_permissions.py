@@ -728,3 +728,41 @@ async def test_a_redirect_to_a_host_the_rules_refuse_is_not_followed() -> None:
         assert "the inside page" not in redirected.content
     finally:
         await runner.cleanup()
+
+
+def test_the_guides_worked_example_decides_as_its_table_says(tmp_path: Path) -> None:
+    """docs/permissions.md: the example persona.yaml, loaded as a persona,
+    decides each call of the page's table the way the table says."""
+    import re
+
+    from coterie.runtime.permissions.gate import PermissionGate
+
+    page = (Path(__file__).parent.parent / "docs" / "permissions.md").read_text()
+    example = re.search(r"```yaml\n(# personas/ops/persona.yaml\n.*?)```", page, re.S)
+    assert example is not None
+    home = tmp_path
+    path = home / "personas" / "ops"
+    path.mkdir(parents=True)
+    (path / "persona.yaml").write_text(example.group(1))
+    (path / "workspace").mkdir()
+    rt = _runtime(home, "ops")
+    gate = rt.services.permissions
+    assert isinstance(gate, PermissionGate)
+    workspace = path / "workspace"
+
+    def shell(line: str) -> str:
+        return gate.rules.decide("shell_exec", Effect("shell", tuple(commands(line)), line)).action
+
+    def files(tool: str, raw: str) -> str:
+        return gate.rules.decide(tool, path_effect(tool, workspace / raw, verb="x")).action
+
+    assert shell("git status && git log") == "allow"
+    assert shell("git -C repo push origin main") == "ask"
+    assert shell('bash -c "cd build && rm -fr ."') == "deny"
+    assert files("file_write", "notes/today.md") == "allow"
+    assert files("file_write", "../../other/escape.md") == "ask"
+    assert files("file_read", "/etc/hostname") == "allow"
+    assert (
+        "permissions.rules" in page
+        and "`permission_denied: … refused by persona.yaml rule 1" in page
+    )
