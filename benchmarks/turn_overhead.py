@@ -1,7 +1,8 @@
 """Runtime overhead per turn: through the actors vs the same loop in-process.
 
-Two scripted personas (instant model): one answers with plain text, one makes
-two concurrent tool calls and then answers. Each is driven for N sequential
+Three scripted personas (instant model): one answers with plain text, one
+makes two concurrent tool calls and then answers, one does the same under six
+permission rules (each call checked before it runs). Each is driven for N sequential
 turns in-process (the floor: PersonaRuntime called directly) and through the
 router and persona actors on a local Ray, in the same run. Also reports the
 idle PersonaActor's memory (USS).
@@ -53,6 +54,21 @@ PERSONAS = {
                 {"when": {"turn": 2}, "text": "done: {last_tool_result}"},
             ],
         }
+    },
+}
+# The same two calls, each checked by permission rules first (the gate reads
+# the calls' effects and the rules; both end in allow).
+PERSONAS["bench-rules"] = {
+    **PERSONAS["bench-tools"],
+    "permissions": {
+        "rules": [
+            {"tool": "shell_exec", "match": "rm -rf", "action": "deny"},
+            {"tool": "shell_exec", "match": "git push", "action": "ask"},
+            {"tool": ["file_write", "file_edit"], "match": "!{workspace}", "action": "ask"},
+            {"tool": "web_fetch", "match": "10.0.0.0/8", "action": "deny"},
+            {"tool": "clock", "action": "allow"},
+            {"tool": "todo_*", "match": "*", "action": "allow"},
+        ]
     },
 }
 IDLE = "bench-idle"
@@ -147,7 +163,11 @@ def main() -> None:
         "persona USS MiB",
     ]:
         table.add_column(col, justify="right")
-    labels = {"bench-plain": "no tools", "bench-tools": "two concurrent tools"}
+    labels = {
+        "bench-plain": "no tools",
+        "bench-tools": "two concurrent tools",
+        "bench-rules": "the same, 6 permission rules",
+    }
     for persona in PERSONAS:
         f50, f99 = statistics.median(floors[persona]), pct(floors[persona], 0.99)
         a50, a99 = statistics.median(actor[persona]), pct(actor[persona], 0.99)

@@ -89,6 +89,9 @@ def _send(state: ServerState, text: str, conversation: str) -> None:
 def test_routes_list_and_answer_approvals(home: Path) -> None:
     outside = home / "personas" / "guard" / "outside.md"
     with running_server(home) as state:
+        status, described = call(state, "GET", "/v1/personas/guard")
+        assert status == 200 and described["team"] is None
+        assert described["permissions"]["rules"][0]["match"] == "!{workspace}"
         _send(state, "first note", "c1")
         (found,) = wait_for(lambda: pending(state), "an approval")
         assert found["tool"] == "file_write" and found["state"] == "pending"

@@ -182,6 +182,10 @@ async def describe_persona(request: web.Request) -> web.Response:
             "model": {"provider": cfg.model.provider, "name": cfg.model.name},
             "tools": cfg.tools.model_dump(),
             "access": cfg.access,
+            # Its own rules (runtime.yaml's and approved.yaml's come with them
+            # when it runs) and whom it may message (None: everyone).
+            "permissions": cfg.permissions.model_dump(mode="json") if cfg.permissions else None,
+            "team": cfg.team,
         }
     )
 
