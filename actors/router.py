@@ -25,6 +25,7 @@ from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.errors import PlacementError
 from coterie.runtime.mcp.records import McpLaunch
 from coterie.runtime.messages import PersonaStats
+from coterie.runtime.permissions.gate import persona_gate
 from coterie.runtime.routing import Router, RouterStatus
 from coterie.runtime.routing.placement import check_placement, start_timeout_message
 from coterie.runtime.usage.budget import BudgetLedger, PersonaBudgets, spent_sql
@@ -64,6 +65,14 @@ def default_start_limit() -> int:
     return max(2, int(ray.cluster_resources().get("CPU", 0)))
 
 
+def check_rules(persona: Any, runtime: Any) -> None:
+    """Raise the :class:`PersonaConfigError` the persona's permission rules
+    (persona.yaml, approved.yaml, runtime.yaml) would stop it with."""
+    from coterie.tools import builtin_registry
+
+    persona_gate(persona, runtime, known_tools=builtin_registry().names(), desk=None)
+
+
 def check_cluster_placement(placement: Placement, who: str) -> None:
     """:func:`~runtime.routing.placement.check_placement` against the alive
     nodes of the cluster (a GCS call: run it off an event loop)."""
@@ -99,7 +108,11 @@ class RayPersonaHost:
         self.placements: dict[str, Placement] = {}
 
     async def start(self, name: str, roster: list[tuple[str, str]]) -> Any:
-        placement = load_persona(self.home, name).config.placement
+        persona = load_persona(self.home, name)
+        # Rules that would not load stop it here, with their own error (its
+        # actor would fail to start on them).
+        check_rules(persona, self.settings.permissions)
+        placement = persona.config.placement
         self.placements[name] = placement
         who = f"persona {name!r}"
         # Ray would leave an actor no node can hold pending forever.

@@ -88,7 +88,15 @@ def _send(state: ServerState, text: str, conversation: str) -> None:
 
 def test_routes_list_and_answer_approvals(home: Path) -> None:
     outside = home / "personas" / "guard" / "outside.md"
+    typo = {"rules": [{"tool": "shel_exec", "match": "rm", "action": "deny"}]}
+    write_persona(home, "typo", scripted(permissions=typo))
     with running_server(home) as state:
+        # A deny rule voided by a typo: the persona does not start at all.
+        status, body = call(state, "POST", "/v1/personas/typo/messages", {"text": "hi"})
+        assert status == 500 and body["error"]["type"] == "persona_config", body
+        message = body["error"]["message"]
+        assert "typo/persona.yaml" in message and "persona.yaml rule 1" in message
+        assert "did you mean shell_exec?" in message
         status, described = call(state, "GET", "/v1/personas/guard")
         assert status == 200 and described["team"] is None
         assert described["permissions"]["rules"][0]["match"] == "!{workspace}"
