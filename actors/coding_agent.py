@@ -29,13 +29,7 @@ def _ask_through(asker: Any, request: CodingRequest) -> AskPermission:
     """Put the agent's permission requests to the persona actor ``asker``."""
 
     async def ask(question: AgentPermission) -> tuple[bool, str]:
-        data = AgentAsk(
-            handle=request.handle,
-            conversation_id=request.parent_conversation_id,
-            turn_id=request.parent_turn_id,
-            origin=request.origin,
-            question=question,
-        ).model_dump_json()
+        data = AgentAsk.of(request, question).model_dump_json()
         allowed, reason = await remote(asker.agent_permission.remote(data))
         return bool(allowed), str(reason)
 

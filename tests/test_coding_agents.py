@@ -531,8 +531,10 @@ async def test_an_agents_permission_requests_go_to_the_rules_and_a_person(
         {"title": "status", "kind": "execute", "command": "git status"},
         {"title": "wipe", "kind": "execute", "command": "bash -c 'rm -rf build'"},
         {"title": "edit", "kind": "edit", "paths": [str(workspace / "a.py")]},
-        {"title": "fetch", "kind": "execute", "command": "curl https://example.org"},
+        {"title": "fetch", "kind": "execute", "command": "curl -u s3cr3t-value-123 example.org"},
     ]
+    # A secret in the agent's request is never shown to the person or kept.
+    (tmp_path / "personas" / "coder" / ".env").write_text("TOKEN=s3cr3t-value-123\n")
     reply = await rt.handle(ask(order(task=json.dumps({"requests": requests}))))
     assert reply.steps == 1
     answers = iter([("approve", "edit"), ("deny", "fetch")])
@@ -545,7 +547,10 @@ async def test_an_agents_permission_requests_go_to_the_rules_and_a_person(
                 assert approval.tool == "coding_agent" and approval.conversation_id == CONV
                 assert expected in str(approval.arguments)
                 if expected == "fetch":
-                    assert approval.summary == "fake wants to run 'curl https://example.org'"
+                    assert approval.summary == (
+                        "fake wants to run 'curl -u [redacted:TOKEN] example.org'"
+                    )
+                    assert "s3cr3t" not in json.dumps(approval.model_dump(mode="json"))
                 await rt.decide_approval(approval.approval_id, answer, by="ana", via="test")
             await asyncio.sleep(0.05)
     wake = the_wake(rt)

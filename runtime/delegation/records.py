@@ -158,6 +158,34 @@ class AgentAsk(BaseModel):
     origin: Origin = Field(default_factory=Origin)
     question: AgentPermission
 
+    @classmethod
+    def of(cls, request: CodingRequest, question: AgentPermission) -> AgentAsk:
+        """The request of ``request``'s agent, with the delegation's secrets
+        redacted (it is shown to a person and kept in the audit log)."""
+
+        def clean(text: str | None) -> str | None:
+            if text is None:
+                return None
+            for name, value in sorted(request.hidden.items(), key=lambda kv: -len(kv[1])):
+                if value:
+                    text = text.replace(value, f"[redacted:{name}]")
+            return text
+
+        shown = question.model_copy(
+            update={
+                "title": clean(question.title),
+                "command": clean(question.command),
+                "paths": [clean(p) or "" for p in question.paths],
+            }
+        )
+        return cls(
+            handle=request.handle,
+            conversation_id=request.parent_conversation_id,
+            turn_id=request.parent_turn_id,
+            origin=request.origin,
+            question=shown,
+        )
+
 
 class CodingAgentLauncher(Protocol):
     """Starts coding agents somewhere: in this process, or one actor each.

@@ -246,15 +246,7 @@ class PersonaRuntime:
         """Where one delegation's permission requests go (in this process)."""
 
         async def ask(question: AgentPermission) -> tuple[bool, str]:
-            return await self.agent_permission(
-                AgentAsk(
-                    handle=request.handle,
-                    conversation_id=request.parent_conversation_id,
-                    turn_id=request.parent_turn_id,
-                    origin=request.origin,
-                    question=question,
-                )
-            )
+            return await self.agent_permission(AgentAsk.of(request, question))
 
         return ask
 
