@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -566,4 +567,50 @@ async def test_an_agents_permission_requests_go_to_the_rules_and_a_person(
     assert reasons[0].startswith("allowed by persona.yaml rule 1")
     assert reasons[1].startswith("refused by persona.yaml rule 2")
     assert reasons[2:] == ["approved by ana via test", "denied by ana via test"]
+    await rt.aclose()
+
+
+@needs_claude
+async def test_claude_asks_before_its_shell_command_and_a_person_approves(
+    tmp_path: Path, server: AnthropicStreamServer
+) -> None:
+    """The real claude-agent-acp under ``permissions: ask``: its Bash call's
+    permission request becomes an approval; approved, the command runs."""
+    write_persona(
+        tmp_path,
+        "coder",
+        scripted(
+            permissions={"rules": [{"tool": "coding_agent", "match": "rm", "action": "deny"}]}
+        ),
+    )
+    rt = PersonaRuntime(
+        load_persona(tmp_path, "coder"),
+        model=FunctionModel(delegate),
+        registry=builtin_registry(),
+        services=Services(audit=NullAudit()),
+    )
+    workspace = rt.persona.workspace.resolve()
+    command = f"echo approved > {workspace / 'bash.txt'}"
+    server.add(
+        When(contains="TASK-BASH", step=1, has_tools=True),
+        Reply(
+            text="Running it.",
+            tool_calls=[ToolUse(name="Bash", input={"command": command, "description": "write"})],
+        ),
+    )
+    server.add(When(contains="TASK-BASH", step=2), Reply(text="Done: the command ran."))
+    write_roster(tmp_path, {"claude": claude_entry(server, permissions="ask")})
+    await rt.handle(ask(order(task="TASK-BASH: write bash.txt with the shell")))
+    seen: list[str] = []
+    async with asyncio.timeout(180):
+        while not rt.settled(CONV):
+            for approval in rt.approvals.pending():
+                seen.append(approval.summary)
+                await rt.decide_approval(approval.approval_id, "approve", by="ana", via="test")
+            await asyncio.sleep(0.05)
+    assert seen and command in seen[0], seen
+    assert (workspace / "bash.txt").read_text() == "approved\n"
+    wake = the_wake(rt)
+    assert "Done: the command ran." in wake
+    assert re.search(r"permissions: [1-9]\d* allowed, 0 denied", wake), wake
     await rt.aclose()
