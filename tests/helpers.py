@@ -61,6 +61,25 @@ def asker(description: str = "asks back") -> dict[str, Any]:
     )
 
 
+def outside_writer(path: str, content: str, reply: str, **extra: Any) -> dict[str, Any]:
+    """A scripted persona that writes ``content`` to ``path`` (outside its
+    workspace: a permission rule asks first), then answers ``reply``."""
+    return scripted(
+        [
+            {
+                "when": {"tool_result": False},
+                "tool_calls": [
+                    {"name": "file_write", "arguments": {"path": path, "content": content}}
+                ],
+            },
+            {"when": {"tool_result": True}, "text": reply},
+        ],
+        access="full",
+        permissions={"rules": [{"tool": "file_write", "match": "!{workspace}", "action": "ask"}]},
+        **extra,
+    )
+
+
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 

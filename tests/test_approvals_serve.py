@@ -13,27 +13,16 @@ from typing import Any
 import pytest
 
 from coterie.runtime.serve.discovery import ServerState
-from tests.helpers import scripted, write_persona
+from tests.helpers import outside_writer, scripted, write_persona
 from tests.serving import running_server
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 #: Writes the message to a file outside its workspace (asks first), then reports.
-GUARD = scripted(
-    [
-        {
-            "when": {"tool_result": False},
-            "tool_calls": [
-                {"name": "file_write", "arguments": {"path": "../outside.md", "content": "{input}"}}
-            ],
-        },
-        {"when": {"tool_result": True}, "text": "wrote: {last_tool_result}"},
-    ],
-    access="full",
-    permissions={
-        "rules": [{"tool": "file_write", "match": "!{workspace}", "action": "ask"}],
-        "approval_timeout": 600,
-    },
+GUARD = outside_writer(
+    "../outside.md",
+    "{input}",
+    "wrote: {last_tool_result}",
     description="writes outside its workspace when allowed",
 )
 

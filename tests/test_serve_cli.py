@@ -20,7 +20,7 @@ import pytest
 from coterie.runtime.audit import read_only_query
 from coterie.runtime.serve.client import ServerClient, find_server
 from coterie.runtime.serve.discovery import read_state
-from tests.helpers import asker, scripted, write_persona
+from tests.helpers import asker, outside_writer, scripted, write_persona
 from tests.test_cli import ROOT, coterie
 
 CALC = scripted(
@@ -36,18 +36,10 @@ CALC = scripted(
 
 
 #: Writes a note outside its workspace, which a rule says to ask about.
-GUARD = scripted(
-    [
-        {
-            "when": {"tool_result": False},
-            "tool_calls": [
-                {"name": "file_write", "arguments": {"path": "../{input}.md", "content": "hi"}}
-            ],
-        },
-        {"when": {"tool_result": True}, "text": "Wrote it: {last_tool_result}"},
-    ],
-    access="full",
-    permissions={"rules": [{"tool": "file_write", "match": "!{workspace}", "action": "ask"}]},
+GUARD = outside_writer(
+    "../{input}.md",
+    "hi",
+    "Wrote it: {last_tool_result}",
     description="asks before writing outside its workspace",
 )
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

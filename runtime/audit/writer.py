@@ -352,6 +352,20 @@ class AuditWriter:
         finally:
             cur.close()
 
+    def _rows(self, sql: str, params: list[Any]) -> list[Any]:
+        """The rows of one read on a cursor of its own."""
+        import duckdb
+
+        try:
+            cur = self._connection().cursor()
+        except duckdb.Error as exc:
+            self._lost(exc)
+            raise
+        try:
+            return cur.execute(sql, params).fetchall()
+        finally:
+            cur.close()
+
     def history(self, persona: str, conversation_id: str) -> list[ChatMessage]:
         """Rebuild a conversation's messages from its ``chat_message`` events, in order."""
         return self.conversation(persona, conversation_id).messages
@@ -361,22 +375,12 @@ class AuditWriter:
         order, but those of turns a ``turn_dropped`` event left out), its
         latest todo list (the last ``todos`` event) and its pending question
         (the last ``question`` event)."""
-        import duckdb
-
-        try:
-            cur = self._connection().cursor()
-        except duckdb.Error as exc:
-            self._lost(exc)
-            raise
-        try:
-            rows = cur.execute(
-                "SELECT kind, turn_id, payload FROM events WHERE persona = ? "
-                "AND conversation_id = ? "
-                f"AND kind IN ({', '.join('?' * len(HISTORY_KINDS))}) ORDER BY ts, seq",
-                [persona, conversation_id, *HISTORY_KINDS],
-            ).fetchall()
-        finally:
-            cur.close()
+        rows = self._rows(
+            "SELECT kind, turn_id, payload FROM events WHERE persona = ? "
+            "AND conversation_id = ? "
+            f"AND kind IN ({', '.join('?' * len(HISTORY_KINDS))}) ORDER BY ts, seq",
+            [persona, conversation_id, *HISTORY_KINDS],
+        )
         # Turns left out of the history (a heartbeat that found nothing to do):
         # their messages stay in the log, not in the conversation.
         dropped = {turn_id for kind, turn_id, _ in rows if kind == "turn_dropped"}
@@ -405,46 +409,26 @@ class AuditWriter:
     def unfinished_delegations(self, persona: str) -> list[DelegationEvent]:
         """``persona``'s delegations that started and never finished (their
         ``started`` events, oldest first): work lost when its process died."""
-        import duckdb
-
-        try:
-            cur = self._connection().cursor()
-        except duckdb.Error as exc:
-            self._lost(exc)
-            raise
-        try:
-            rows = cur.execute(
-                "SELECT payload FROM events WHERE persona = ? AND kind = 'delegation' "
-                "AND payload->>'phase' = 'started' AND call_id NOT IN ("
-                "SELECT call_id FROM events WHERE persona = ? AND kind = 'delegation' "
-                "AND payload->>'phase' = 'finished') ORDER BY ts, seq",
-                [persona, persona],
-            ).fetchall()
-        finally:
-            cur.close()
+        rows = self._rows(
+            "SELECT payload FROM events WHERE persona = ? AND kind = 'delegation' "
+            "AND payload->>'phase' = 'started' AND call_id NOT IN ("
+            "SELECT call_id FROM events WHERE persona = ? AND kind = 'delegation' "
+            "AND payload->>'phase' = 'finished') ORDER BY ts, seq",
+            [persona, persona],
+        )
         return [cast(DelegationEvent, turn_event_adapter.validate_json(p)) for (p,) in rows]
 
     def pending_approvals(self, persona: str) -> list[ApprovalEvent]:
         """``persona``'s approvals requested and never decided (their
         ``requested`` events, oldest first): calls a process paused and did
         not live to see answered."""
-        import duckdb
-
-        try:
-            cur = self._connection().cursor()
-        except duckdb.Error as exc:
-            self._lost(exc)
-            raise
-        try:
-            rows = cur.execute(
-                "SELECT payload FROM events WHERE persona = ? AND kind = 'approval' "
-                "AND payload->>'phase' = 'requested' AND payload->>'approval_id' NOT IN ("
-                "SELECT payload->>'approval_id' FROM events WHERE persona = ? "
-                "AND kind = 'approval' AND payload->>'phase' = 'decided') ORDER BY ts, seq",
-                [persona, persona],
-            ).fetchall()
-        finally:
-            cur.close()
+        rows = self._rows(
+            "SELECT payload FROM events WHERE persona = ? AND kind = 'approval' "
+            "AND payload->>'phase' = 'requested' AND payload->>'approval_id' NOT IN ("
+            "SELECT payload->>'approval_id' FROM events WHERE persona = ? "
+            "AND kind = 'approval' AND payload->>'phase' = 'decided') ORDER BY ts, seq",
+            [persona, persona],
+        )
         return [cast(ApprovalEvent, turn_event_adapter.validate_json(p)) for (p,) in rows]
 
     def close(self) -> None:
