@@ -766,3 +766,25 @@ def test_the_guides_worked_example_decides_as_its_table_says(tmp_path: Path) -> 
         "permissions.rules" in page
         and "`permission_denied: … refused by persona.yaml rule 1" in page
     )
+
+
+def test_always_on_a_command_with_quoted_words_matches_it_again() -> None:
+    from coterie.runtime.permissions.approvals import Verdict
+    from coterie.runtime.permissions.gate import PermissionGate
+
+    gate = PermissionGate(
+        "p",
+        settings=PermissionSettings(),
+        layers=[("persona.yaml", _rules([{"tool": "shell_exec", "action": "ask"}]))],
+        places=Places(),
+    )
+    line = 'git commit -m "fix the [build] *now*"'
+    effect = Effect("shell", tuple(commands(line)), line)
+    decision = gate.rules.decide("shell_exec", effect)
+    assert decision.action == "ask"
+    gate.always("shell_exec", effect, decision, Verdict("approved", always=True, by="a", via="t"))
+    assert gate.rules.decide("shell_exec", effect).action == "allow"
+    other = 'git commit -m "fix the build now"'
+    assert gate.rules.decide(
+        "shell_exec", Effect("shell", tuple(commands(other)), other)
+    ).action == ("ask")

@@ -277,7 +277,7 @@ class PermissionRules:
         return worst
 
     def _one(self, rules: list[_Compiled], effect: Effect, subject: object) -> Decision:
-        shown = " ".join(subject) if isinstance(subject, tuple) else str(subject)
+        shown = shlex.join(subject) if isinstance(subject, tuple) else str(subject)
         for c in rules:
             if c.ref.rule.action == "deny" and c.matches(effect, subject):
                 return Decision("deny", c.ref, shown)
