@@ -99,6 +99,24 @@ async def notify(event: ApprovalEvent, deliveries: DeliveryService | None) -> No
         )
 
 
+async def ask_person(
+    desk: ApprovalDesk,
+    event: ApprovalEvent,
+    audit: AuditSink,
+    deliveries: DeliveryService | None,
+) -> Verdict:
+    """Record ``event`` (requested), show it on its origin's chat, and wait
+    for its answer or its expiry. Cancelled, the approval stays pending."""
+    waiting = asyncio.ensure_future(desk.wait(event, audit))
+    try:
+        await asyncio.sleep(0)  # requested (recorded) before anyone hears of it
+        await notify(event, deliveries)
+        return await waiting
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+
+
 async def agent_permission(
     gate: PermissionGate | None,
     desk: ApprovalDesk,
@@ -138,14 +156,7 @@ async def agent_permission(
         expires_at=time.time() + settings.approval_timeout,
         origin=ask.origin,
     )
-    waiting = asyncio.ensure_future(desk.wait(event, audit))
-    try:
-        await asyncio.sleep(0)
-        await notify(event, deliveries)
-        verdict = await waiting
-    finally:
-        if not waiting.done():
-            waiting.cancel()
+    verdict = await ask_person(desk, event, audit, deliveries)
     who = f"{verdict.by} via {verdict.via}" if verdict.by else str(verdict.via)
     if verdict.state == "approved":
         if verdict.always and gate is not None:
@@ -284,14 +295,7 @@ class PermissionGate:
             origin=ctx.origin,
         )
         log.info("%s: %s waits for approval %s", ctx.persona, spec.name, event.approval_id)
-        waiting = asyncio.ensure_future(self.desk.wait(event, ctx.audit))
-        try:
-            await asyncio.sleep(0)  # requested (recorded) before anyone hears of it
-            await notify(event, ctx.services.deliveries)
-            verdict = await waiting
-        finally:
-            if not waiting.done():
-                waiting.cancel()  # the turn was cancelled: the approval stays pending
+        verdict = await ask_person(self.desk, event, ctx.audit, ctx.services.deliveries)
         return self.apply(verdict, event, spec.name, effect, decision, call, ctx)
 
     def apply(
@@ -466,6 +470,7 @@ __all__ = [
     "ApprovedRules",
     "PermissionGate",
     "agent_permission",
+    "ask_person",
     "exact_rule",
     "load_approved",
     "merged_settings",
