@@ -16,6 +16,7 @@ module is named.
     │   ├── ScheduleError           a cron expression, interval or time zone that cannot be used
     │   ├── SkillFormatError        a SKILL.md: names the file and field (runtime.skills.format)
     │   ├── PlacementError          no alive node can hold an actor's placement
+    │   ├── PluginError             a plugin failed, or a persona needs a tool none provides
     │   ├── TaskFileError           an eval task or its dataset (runtime.eval.task)
     │   ├── AcpRosterError          an acp.json (runtime.delegation.acp.roster)
     │   └── SpawnError              an MCP server's command cannot run (runtime.mcp._stdio)
@@ -45,6 +46,7 @@ module is named.
     ├── AuditSpoolInUseError        another audit buffer holds the spool file
     ├── ScheduleStoreError          the schedule store cannot be opened (held by another process)
     ├── ShellParseError             a shell line cannot be read (runtime.permissions.shell)
+    ├── ToolDefinitionError         a function cannot be a tool (runtime.tool)
     ├── ApprovalError               an approval cannot be answered
     │   ├── UnknownApprovalError    no approval has that id (for that persona)
     │   └── ApprovalClosedError     it was answered already, or expired
@@ -202,6 +204,13 @@ class ScheduleError(ConfigError):
 class PlacementError(ConfigError):
     """No alive node offers what an actor's placement asks for, or none had
     room for it in time."""
+
+
+class PluginError(ConfigError):
+    """A plugin could not be used (it failed to import, or defines a tool or
+    provider that cannot be registered), or a persona names a tool that no
+    built-in or plugin provides under ``plugins.strict``; the message names
+    the plugin, the name and the cause."""
 
 
 class UnknownPersonaError(CoterieError):
@@ -459,6 +468,7 @@ __all__ = [
     "PersonaConfigError",
     "PersonaPassivatedError",
     "PlacementError",
+    "PluginError",
     "QueueFullError",
     "ScheduleConfigError",
     "ScheduleError",

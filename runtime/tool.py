@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import GenerateJsonSchema
 
 from coterie.runtime.context import TurnContext
+from coterie.runtime.errors import CoterieError
 from coterie.runtime.messages import ToolDefinition
 
 ToolFn = Callable[[Any, TurnContext], Awaitable[Any]]
@@ -33,10 +34,26 @@ ToolFn = Callable[[Any, TurnContext], Awaitable[Any]]
 #: host lookup). Typed loosely: the permissions package sits above this module.
 EffectFn = Callable[[Any, TurnContext], Any]
 
+#: What providers accept as a tool name (OpenAI's and Anthropic's rule).
+TOOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
 PUSHED_NEXT = (
     "Completion will be pushed to this conversation automatically. Do not poll this "
     "handle; use task_status or task_cancel only if the user asks."
 )
+
+
+class ToolDefinitionError(CoterieError, TypeError):
+    """A function cannot be a tool (not async, not ``(args, ctx)``, no pydantic
+    argument model, no description, or a model with no JSON schema); names it."""
+
+    def __init__(self, tool_name: str, problem: str) -> None:
+        self.tool_name = tool_name
+        self.problem = problem
+        super().__init__(f"tool {tool_name!r}: {problem}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.tool_name, self.problem))
 
 
 class Deferred(BaseModel):
@@ -168,18 +185,22 @@ def tool(
     """
 
     def wrap(fn: ToolFn) -> ToolSpec:
+        label = name or getattr(fn, "__name__", repr(fn))
         if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"tool {fn.__name__!r} must be an async function")
+            raise ToolDefinitionError(label, "must be an async function")
         params = list(inspect.signature(fn).parameters)
         if len(params) != 2:
-            raise TypeError(f"tool {fn.__name__!r} must take (args, ctx)")
-        hints = typing.get_type_hints(fn)
+            raise ToolDefinitionError(label, "must take (args, ctx)")
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception as exc:  # an annotation that names nothing importable
+            raise ToolDefinitionError(label, f"its annotations do not resolve: {exc}") from None
         args_model = hints.get(params[0])
         if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
-            raise TypeError(f"tool {fn.__name__!r}: first parameter must be a pydantic model")
+            raise ToolDefinitionError(label, "first parameter must be a pydantic model")
         desc = description or inspect.cleandoc(fn.__doc__ or "")
         if not desc:
-            raise TypeError(f"tool {fn.__name__!r} needs a description or docstring")
+            raise ToolDefinitionError(label, "needs a description or docstring")
         return ToolSpec(
             name=name or fn.__name__,
             description=desc,
@@ -196,6 +217,30 @@ def tool(
         )
 
     return wrap
+
+
+def check_spec(spec: object) -> ToolSpec:
+    """``spec`` if it is a usable tool: a :class:`ToolSpec` with a valid name,
+    a pydantic argument model whose JSON schema can be made, and an async
+    function; else :class:`ToolDefinitionError` naming it and why."""
+    if not isinstance(spec, ToolSpec):
+        what = getattr(spec, "__name__", None) or type(spec).__name__
+        raise ToolDefinitionError(str(what), "is not a tool (decorate an async function with @tool)")
+    if not TOOL_NAME_RE.match(spec.name):
+        raise ToolDefinitionError(
+            spec.name, "a tool name is 1-64 letters, digits, '_' or '-', starting with a letter"
+        )
+    if not (isinstance(spec.args_model, type) and issubclass(spec.args_model, BaseModel)):
+        raise ToolDefinitionError(spec.name, "its argument model is not a pydantic model")
+    if not inspect.iscoroutinefunction(spec.fn):
+        raise ToolDefinitionError(spec.name, "must be an async function")
+    try:
+        spec.definition()
+    except Exception as exc:  # pydantic cannot make a JSON schema of the model
+        raise ToolDefinitionError(
+            spec.name, f"its argument model has no JSON schema: {type(exc).__name__}: {exc}"
+        ) from None
+    return spec
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:
@@ -279,13 +324,16 @@ class ToolRegistry:
 
 __all__ = [
     "PUSHED_NEXT",
+    "TOOL_NAME_RE",
     "Deferred",
     "EffectFn",
     "PassThrough",
+    "ToolDefinitionError",
     "ToolFn",
     "ToolRegistry",
     "ToolSource",
     "ToolSpec",
+    "check_spec",
     "matches_any",
     "tool",
 ]

@@ -56,7 +56,11 @@ def test_bare_yaml_off_is_read_as_off(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ({"model": {"provider": "gemini", "name": "x"}}, "model: expected one of"),
+        (
+            {"model": {"provider": "Gemini Pro", "name": "x"}},
+            "model.plugin.provider: Value error, expected one of scripted, openai, anthropic, "
+            "a plugin's provider name",
+        ),
         ({"model": {"name": "x"}}, "model: missing 'provider'"),
         ({"model": {"provider": "openai"}}, "model.openai.name: Field required"),
         ({**scripted(), "max_steps": 0}, "max_steps: Input should be greater than or equal to 1"),

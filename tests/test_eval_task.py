@@ -199,12 +199,12 @@ def test_unknown_scorer_type_lists_the_valid_ones(tmp_path: Path) -> None:
     path = task_file(tmp_path, scorers=[{"type": "exact"}, {"type": "fuzzy"}])
     assert problems_of(path) == [
         "scorers.1: unknown scorer type 'fuzzy'; expected one of exact, includes, regex, "
-        "numeric, choice, python, model_graded"
+        "numeric, choice, python, plugin, model_graded"
     ]
     path = task_file(tmp_path, scorers=[{"pattern": "x"}])
     assert problems_of(path) == [
         "scorers.0: missing 'type'; expected one of exact, includes, regex, numeric, choice, "
-        "python, model_graded"
+        "python, plugin, model_graded"
     ]
 
 
@@ -292,9 +292,10 @@ def test_solver_persona_and_inline_bodies_are_validated(tmp_path: Path) -> None:
         "solver.inline: model.name: required field missing; "
         "tools.allow: Input should be a valid list, got 3; soul: expected a string, got int"
     ]
-    model = {"provider": "gemini"}
+    model = {"provider": "Gemini Pro"}
     assert problems_of(task_file(tmp_path, solver={"persona": "p", "model": model})) == [
-        "solver.model: expected one of 'scripted', 'openai', 'anthropic', got 'gemini'"
+        "solver.model: provider: expected one of scripted, openai, anthropic, a plugin's "
+        "provider name (lowercase letters, digits, '-', '_') or 'module:Class', got 'Gemini Pro'"
     ]
     graded = {"type": "model_graded", "rubric": "r", "grader": "The Judge"}
     assert problems_of(task_file(tmp_path, scorers=[graded])) == [
@@ -309,10 +310,10 @@ def test_solver_persona_and_inline_bodies_are_validated(tmp_path: Path) -> None:
 def test_dataset_needs_exactly_one_of_path_or_function(tmp_path: Path) -> None:
     path = task_file(tmp_path, dataset={"path": "d.jsonl", "function": "m:f"})
     assert problems_of(path) == [
-        "dataset: expected exactly one of 'path' or 'function', found both"
+        "dataset: expected exactly one of 'path', 'function' or 'loader', found path and function"
     ]
     assert problems_of(task_file(tmp_path, dataset={})) == [
-        "dataset: expected exactly one of 'path' or 'function', found neither"
+        "dataset: expected exactly one of 'path', 'function' or 'loader', found none"
     ]
 
 
@@ -586,4 +587,4 @@ def test_function_dataset_errors(tmp_path: Path) -> None:
 
 def test_function_dataset_rejects_format(tmp_path: Path) -> None:
     path = task_file(tmp_path, dataset={"function": "m:f", "format": "csv"})
-    assert problems_of(path) == ["dataset: 'format' applies to 'path' only, not to 'function'"]
+    assert problems_of(path) == ["dataset: 'format' applies to 'path' only"]

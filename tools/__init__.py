@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from coterie.runtime.tool import ToolRegistry
+from collections.abc import Iterable
+
+from coterie.runtime.tool import ToolRegistry, ToolSpec
 from coterie.tools.calc import CALC_TOOLS
 from coterie.tools.catalogue import CATALOGUE_TOOLS
 from coterie.tools.connectors import CONNECTOR_TOOLS
@@ -41,6 +43,18 @@ def builtin_registry() -> ToolRegistry:
     )
 
 
+def registry_for(*groups: Iterable[ToolSpec]) -> ToolRegistry:
+    """The built-in tools and then each group's (plugin tools, a persona's
+    own); a name already there keeps its first tool (the loaders reported
+    the clash)."""
+    registry = builtin_registry()
+    for group in groups:
+        for spec in group:
+            if registry.get(spec.name) is None:
+                registry.register(spec)
+    return registry
+
+
 __all__ = [
     "CALC_TOOLS",
     "CATALOGUE_TOOLS",
@@ -57,4 +71,5 @@ __all__ = [
     "TASK_TOOLS",
     "WEB_TOOLS",
     "builtin_registry",
+    "registry_for",
 ]

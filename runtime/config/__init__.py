@@ -15,6 +15,8 @@ field is honoured):
   what tool calls do, and approvals);
 - :mod:`~coterie.runtime.config.placement`: ``placement:`` of a persona and
   of the runtime's own actors;
+- :mod:`~coterie.runtime.config.plugins`: ``plugins:`` (the user's own
+  tools, scorers, dataset loaders and model providers);
 - :mod:`~coterie.runtime.config.settings`: ``runtime.yaml`` and its sections
   (memory, web, serve, schedule, skills, and the sections below);
 - :mod:`~coterie.runtime.config.usage`: ``compaction:``, ``budget:`` and
@@ -42,6 +44,7 @@ from coterie.runtime.config.models import (
     AnthropicModelConfig,
     ModelConfig,
     OpenAIModelConfig,
+    PluginModelConfig,
     ScriptedModelConfig,
     ScriptedRule,
     ScriptedToolCall,
@@ -66,6 +69,7 @@ from coterie.runtime.config.persona import (
     parse_persona_config,
 )
 from coterie.runtime.config.placement import Placement, RuntimePlacement
+from coterie.runtime.config.plugins import PluginSettings
 from coterie.runtime.config.settings import (
     MemorySettings,
     RuntimeSettings,
@@ -101,6 +105,8 @@ __all__ = [
     "Persona",
     "PersonaConfig",
     "Placement",
+    "PluginModelConfig",
+    "PluginSettings",
     "RuntimePlacement",
     "RuntimeSettings",
     "ScheduleSettings",

@@ -1,15 +1,18 @@
 """Model entries: the ``model:`` of a persona (and of a subagent or an eval).
 
 ``provider`` picks the entry: ``scripted`` (answers written in the YAML, no
-API key), ``openai`` (Chat Completions or any compatible server) or
-``anthropic`` (the Messages API). :data:`ModelConfig` is their union.
+API key), ``openai`` (Chat Completions or any compatible server),
+``anthropic`` (the Messages API), or any other name: a provider a plugin
+adds (``mypkg.models:EchoModel``, or the short name a plugin registered, see
+:mod:`coterie.runtime.models.plugins`). :data:`ModelConfig` is their union.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from coterie.runtime.config._strict import Strict
 from coterie.runtime.messages import TurnContextKind
@@ -108,16 +111,71 @@ class AnthropicModelConfig(_NetworkModelBase):
     )
 
 
+#: A plugin provider: ``module.path:ClassName``, or a registered short name.
+PLUGIN_PROVIDER_RE = re.compile(
+    r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*"
+    r"|[a-z][a-z0-9_-]{0,62})$"
+)
+BUILTIN_PROVIDERS = ("scripted", "openai", "anthropic")
+
+
+class PluginModelConfig(_ModelBase):
+    """A provider a plugin adds: ``provider: mypkg.models:EchoModel`` (imported
+    where the persona runs) or the short name a plugin registered
+    (``coterie.models`` entry point, or ``MODELS`` in a plugin module).
+
+    The class is built as ``cls(config)`` with this entry; ``options`` is the
+    provider's own settings (validated by its ``options_model`` when it has
+    one). ``timeout`` bounds every request, ``max_tokens`` and
+    ``context_window`` apply as for any model.
+    """
+
+    provider: str
+    name: str = Field(default="", description="the model's name (default: the provider)")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, value: str) -> str:
+        if not PLUGIN_PROVIDER_RE.match(value):
+            raise ValueError(
+                f"expected one of {', '.join(BUILTIN_PROVIDERS)}, a plugin's provider name "
+                f"(lowercase letters, digits, '-', '_') or 'module:Class', got {value!r}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _default_name(self) -> PluginModelConfig:
+        if not self.name:
+            self.name = self.provider
+        return self
+
+
+def _provider_tag(value: Any) -> str | None:
+    provider = value.get("provider") if isinstance(value, dict) else getattr(value, "provider", None)
+    if provider is None:
+        return None  # pydantic then says that 'provider' is missing
+    if provider in BUILTIN_PROVIDERS:
+        return str(provider)
+    return "plugin"
+
+
 ModelConfig = Annotated[
-    ScriptedModelConfig | OpenAIModelConfig | AnthropicModelConfig,
-    Field(discriminator="provider"),
+    Annotated[ScriptedModelConfig, Tag("scripted")]
+    | Annotated[OpenAIModelConfig, Tag("openai")]
+    | Annotated[AnthropicModelConfig, Tag("anthropic")]
+    | Annotated[PluginModelConfig, Tag("plugin")],
+    Discriminator(_provider_tag),
 ]
 
 
 __all__ = [
+    "BUILTIN_PROVIDERS",
+    "PLUGIN_PROVIDER_RE",
     "AnthropicModelConfig",
     "ModelConfig",
     "OpenAIModelConfig",
+    "PluginModelConfig",
     "ScriptedModelConfig",
     "ScriptedRule",
     "ScriptedToolCall",

@@ -5,7 +5,8 @@ Every field is optional. Sections: ``memory`` (long-term recall), ``web``
 ``connectors`` (chat apps), ``schedule`` (heartbeats, cron entries and
 reminders), ``skills`` (the prompt's list of skills), ``placement`` (the
 runtime's own actors), ``permissions`` (every persona's default rules, see
-:mod:`~coterie.runtime.config.permissions`), and ``compaction``, ``budget``
+:mod:`~coterie.runtime.config.permissions`), ``plugins`` (see
+:mod:`~coterie.runtime.config.plugins`), and ``compaction``, ``budget``
 and ``prices`` (see :mod:`~coterie.runtime.config.usage`).
 """
 
@@ -21,6 +22,7 @@ from coterie.runtime.config._strict import Strict, describe_error
 from coterie.runtime.config.connectors import ConnectorSettings
 from coterie.runtime.config.permissions import PermissionSettings
 from coterie.runtime.config.placement import RuntimePlacement
+from coterie.runtime.config.plugins import PluginSettings
 from coterie.runtime.config.usage import BudgetSettings, CompactionSettings, ModelPrice
 from coterie.runtime.errors import ConfigError
 
@@ -209,6 +211,11 @@ class RuntimeSettings(Strict):
         default_factory=lambda: PermissionSettings(),
         description="every persona's permission rules, after its own (see the guide's "
         "Permissions and approvals)",
+    )
+    plugins: PluginSettings = Field(
+        default_factory=lambda: PluginSettings(),
+        description="the user's own tools, scorers, dataset loaders and model providers (see "
+        "the guide's Your own tools)",
     )
     prices: dict[str, ModelPrice] = Field(
         default_factory=dict,

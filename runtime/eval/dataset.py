@@ -17,7 +17,7 @@ import inspect
 import io
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,12 @@ def import_function(ref: str, *, base_dir: Path) -> Callable[..., Any]:
     return target  # type: ignore[no-any-return]
 
 
-def load_samples(task: EvalTask, *, limit: int | None = None) -> list[Sample]:
+def load_samples(
+    task: EvalTask,
+    *,
+    limit: int | None = None,
+    loaders: Mapping[str, Callable[..., Any]] | None = None,
+) -> list[Sample]:
     """The task's samples in dataset order (only the first ``limit``, if given).
 
     A bad row raises :class:`TaskFileError` naming the dataset and the line
@@ -88,6 +93,16 @@ def load_samples(task: EvalTask, *, limit: int | None = None) -> list[Sample]:
     if spec.function is not None:
         label = f"{spec.function} (dataset.function of {task.label})"
         return _collect(_function_rows(task, spec.function), label, spec.fields, limit)
+    if spec.loader is not None:
+        loader = (loaders or {}).get(spec.loader)
+        if loader is None:
+            known = ", ".join(sorted(loaders or {})) or "none"
+            raise TaskFileError(
+                task.label,
+                [f"dataset.loader: no plugin registered a loader {spec.loader!r} (loaded: {known})"],
+            )
+        label = f"plugin loader {spec.loader} (dataset.loader of {task.label})"
+        return _collect(_call_rows(loader, label), label, spec.fields, limit)
     file = Path(spec.path or "")
     if not file.is_absolute():
         file = task.base_dir / file
@@ -160,7 +175,10 @@ def _function_rows(task: EvalTask, ref: str) -> Iterator[_Row]:
         raise TaskFileError(
             task.label, [f"dataset.function: cannot import {ref!r}: {exc}"]
         ) from exc
-    label = f"{ref} (dataset.function of {task.label})"
+    yield from _call_rows(function, f"{ref} (dataset.function of {task.label})")
+
+
+def _call_rows(function: Callable[..., Any], label: str) -> Iterator[_Row]:
     try:
         rows = function()
     except Exception as exc:  # the user's function: report it as the dataset's failure

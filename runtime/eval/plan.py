@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +31,8 @@ from coterie.runtime.eval.scorers import Scorer, build_scorers, grader_of, needs
 from coterie.runtime.eval.store import EvalStore
 from coterie.runtime.eval.task import EvalTask, Sample, TaskFileError, load_task
 from coterie.runtime.eval.worker import SolverSetup
+from coterie.runtime.plugins import Plugins, plugins_for
+from coterie.runtime.plugins.refs import discover
 from coterie.runtime.usage.prices import PriceTable
 
 SOLVER = "solver"
@@ -118,6 +121,16 @@ def _solvers(
     return solvers, graders
 
 
+def _plugins(home: Path) -> Plugins:
+    """The home's plugins, loaded here: their scorers and dataset loaders run
+    in the process that runs the eval."""
+    return plugins_for(discover(home, load_settings(home).plugins).refs, taken=[])
+
+
+def _functions(table: dict[str, tuple[Callable[..., Any], str]]) -> dict[str, Callable[..., Any]]:
+    return {name: fn for name, (fn, _) in table.items()}
+
+
 def plan_run(
     task_path: str | Path,
     home: Path,
@@ -129,10 +142,11 @@ def plan_run(
     """A new run of the task file (recorded in ``store``)."""
     path = Path(task_path)
     task = _apply(load_task(path), options, str(path))
-    samples = load_samples(task, limit=options.limit)
+    plugins = _plugins(home)
+    samples = load_samples(task, limit=options.limit, loaders=_functions(plugins.datasets))
     if not samples:
         raise TaskFileError(str(path), ["dataset: it has no samples"])
-    scorers = build_scorers(task)
+    scorers = build_scorers(task, _functions(plugins.scorers))
     solvers, graders = _solvers(task, scorers, home, options)
     if options.max_cost is not None:
         check_priced(solvers, PriceTable.from_settings(load_settings(home).prices))
@@ -171,8 +185,9 @@ def plan_resume(
     options = RunOptions.model_validate(saved.get("options", {}))
     if max_cost is not None:
         options = options.model_copy(update={"max_cost": max_cost})
-    samples = load_samples(task, limit=options.limit)
-    scorers = build_scorers(task)
+    plugins = _plugins(home)
+    samples = load_samples(task, limit=options.limit, loaders=_functions(plugins.datasets))
+    scorers = build_scorers(task, _functions(plugins.scorers))
     solvers, graders = _solvers(task, scorers, home, options)
     if options.max_cost is not None:
         check_priced(solvers, PriceTable.from_settings(load_settings(home).prices))

@@ -20,7 +20,7 @@ import math
 import re
 import statistics
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, assert_never
 
@@ -35,6 +35,7 @@ from coterie.runtime.eval.task import (
     IncludesSpec,
     ModelGradedSpec,
     NumericSpec,
+    PluginScorerSpec,
     PythonSpec,
     RegexSpec,
     Sample,
@@ -227,12 +228,14 @@ class ChoiceScorer:
 
 
 class PythonScorer:
-    """A user function: ``func(sample, output) -> bool | float | Score``."""
+    """A user function: ``func(sample, output) -> bool | float | Score``
+    (a ``python`` scorer's, or one a plugin registered)."""
 
-    def __init__(self, spec: PythonSpec, function: Callable[..., Any]) -> None:
+    def __init__(self, spec: PythonSpec | PluginScorerSpec, function: Callable[..., Any]) -> None:
         self.spec = spec
         self.name = spec.name or spec.type
         self.function = function
+        self.origin = spec.function if isinstance(spec, PythonSpec) else f"plugin {spec.scorer}"
 
     async def score(self, sample: Sample, output: str, *, grade: Grade | None = None) -> Score:
         try:
@@ -245,7 +248,7 @@ class PythonScorer:
                     result = await result
         except Exception as exc:  # the user's code: its failure is the sample's error
             raise ScorerError(
-                f"scorer {self.name!r} ({self.spec.function}) failed on sample {sample.id!r}: "
+                f"scorer {self.name!r} ({self.origin}) failed on sample {sample.id!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         if isinstance(result, Score):
@@ -255,7 +258,7 @@ class PythonScorer:
         if isinstance(result, int | float) and math.isfinite(result):
             return Score(value=float(result))
         raise ScorerError(
-            f"scorer {self.name!r} ({self.spec.function}) returned {result!r}; "
+            f"scorer {self.name!r} ({self.origin}) returned {result!r}; "
             "expected a bool, a finite number or a Score"
         )
 
@@ -308,9 +311,16 @@ class ModelGradedScorer:
         return Score(value=_GRADE_VALUES[letter], answer=letter, explanation=reply)
 
 
-def build_scorer(spec: ScorerSpec, *, base_dir: Path) -> Scorer:
+#: Scorer name -> function, from the plugins (see runtime.plugins.loader).
+PluginScorers = Mapping[str, Callable[..., Any]]
+
+
+def build_scorer(
+    spec: ScorerSpec, *, base_dir: Path, plugin_scorers: PluginScorers | None = None
+) -> Scorer:
     """The scorer of one spec. A python function that cannot be imported raises
-    ImportError, AttributeError or ValueError (:func:`build_scorers` names the field)."""
+    ImportError, AttributeError or ValueError (:func:`build_scorers` names the
+    field), as does a plugin scorer no plugin registered."""
     if isinstance(spec, ExactSpec):
         return ExactScorer(spec)
     if isinstance(spec, IncludesSpec):
@@ -323,19 +333,31 @@ def build_scorer(spec: ScorerSpec, *, base_dir: Path) -> Scorer:
         return ChoiceScorer(spec)
     if isinstance(spec, PythonSpec):
         return PythonScorer(spec, import_function(spec.function, base_dir=base_dir))
+    if isinstance(spec, PluginScorerSpec):
+        found = (plugin_scorers or {}).get(spec.scorer)
+        if found is None:
+            known = ", ".join(sorted(plugin_scorers or {})) or "none"
+            raise ValueError(f"no plugin registered a scorer {spec.scorer!r} (loaded: {known})")
+        return PythonScorer(spec, found)
     if isinstance(spec, ModelGradedSpec):
         return ModelGradedScorer(spec)
     assert_never(spec)
 
 
-def build_scorers(task: EvalTask) -> list[Scorer]:
-    """The task's scorers, in order; an unimportable function raises :class:`TaskFileError`."""
+def build_scorers(task: EvalTask, plugin_scorers: PluginScorers | None = None) -> list[Scorer]:
+    """The task's scorers, in order; an unimportable function (or a plugin
+    scorer nobody registered) raises :class:`TaskFileError`."""
     scorers: list[Scorer] = []
     problems: list[str] = []
     for i, spec in enumerate(task.scorers):
         try:
-            scorers.append(build_scorer(spec, base_dir=task.base_dir))
+            scorers.append(
+                build_scorer(spec, base_dir=task.base_dir, plugin_scorers=plugin_scorers)
+            )
         except (ImportError, AttributeError, ValueError) as exc:
+            if isinstance(spec, PluginScorerSpec):
+                problems.append(f"scorers.{i}.scorer: {exc}")
+                continue
             function = getattr(spec, "function", "")
             problems.append(f"scorers.{i}.function: cannot import {function!r}: {exc}")
     if problems:

@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from coterie.runtime.config import PERSONA_NAME_RE, ModelConfig, PersonaConfig
+from coterie.runtime.config.models import BUILTIN_PROVIDERS
 from coterie.runtime.errors import ConfigError
 
 TASK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -39,10 +40,7 @@ REDUCERS = ("mean", "max", "min", "mode", "median", "pass@K")
 #: Sample fields a dataset's ``fields`` may rename.
 SAMPLE_FIELDS = ("id", "input", "target", "metadata")
 # The provider tags of ModelConfig (pydantic puts them in error paths).
-_PROVIDERS = frozenset(
-    get_args(model.model_fields["provider"].annotation)[0]
-    for model in get_args(get_args(ModelConfig)[0])
-)
+_PROVIDERS = frozenset((*BUILTIN_PROVIDERS, "plugin"))
 _FORMATS_BY_SUFFIX = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 
 
@@ -90,6 +88,9 @@ class DatasetSpec(_Strict):
     function: str | None = Field(
         default=None, description="'package.module:func' or 'file.py:func' returning rows"
     )
+    loader: str | None = Field(
+        default=None, description="a dataset loader a plugin registered (DATASETS), by name"
+    )
     fields: dict[str, str] = Field(
         default_factory=dict, description="sample field -> column, e.g. {input: question}"
     )
@@ -104,13 +105,17 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetSpec:
-        if (self.path is None) == (self.function is None):
-            found = "both" if self.path is not None else "neither"
-            raise ValueError(f"expected exactly one of 'path' or 'function', found {found}")
-        if self.function is not None:
-            check_ref(self.function)
+        given = [k for k in ("path", "function", "loader") if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = " and ".join(given) if given else "none"
+            raise ValueError(
+                f"expected exactly one of 'path', 'function' or 'loader', found {found}"
+            )
+        if self.function is not None or self.loader is not None:
+            if self.function is not None:
+                check_ref(self.function)
             if self.format is not None:
-                raise ValueError("'format' applies to 'path' only, not to 'function'")
+                raise ValueError("'format' applies to 'path' only")
         elif self.format is None:
             suffix = Path(self.path or "").suffix.lower()
             if suffix not in _FORMATS_BY_SUFFIX:
@@ -278,6 +283,14 @@ class PythonSpec(_ScorerBase):
         return value
 
 
+class PluginScorerSpec(_ScorerBase):
+    """A scorer a plugin registered (``SCORERS``), by name: it is called as a
+    ``python`` scorer's function is."""
+
+    type: Literal["plugin"] = "plugin"
+    scorer: str = Field(min_length=1)
+
+
 class ModelGradedSpec(_ScorerBase):
     """A grader persona reads the input, target, output and rubric and grades C/P/I."""
 
@@ -305,7 +318,14 @@ class ModelGradedSpec(_ScorerBase):
 
 
 ScorerSpec = Annotated[
-    ExactSpec | IncludesSpec | RegexSpec | NumericSpec | ChoiceSpec | PythonSpec | ModelGradedSpec,
+    ExactSpec
+    | IncludesSpec
+    | RegexSpec
+    | NumericSpec
+    | ChoiceSpec
+    | PythonSpec
+    | PluginScorerSpec
+    | ModelGradedSpec,
     Field(discriminator="type"),
 ]
 #: The ``type`` of every scorer spec, in the order of the union.
@@ -481,6 +501,7 @@ __all__ = [
     "IncludesSpec",
     "ModelGradedSpec",
     "NumericSpec",
+    "PluginScorerSpec",
     "PythonSpec",
     "Reducer",
     "RegexSpec",

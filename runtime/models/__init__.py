@@ -8,6 +8,7 @@ from coterie.runtime.config import (
     AnthropicModelConfig,
     ModelConfig,
     OpenAIModelConfig,
+    PluginModelConfig,
     ScriptedModelConfig,
 )
 from coterie.runtime.errors import ModelError
@@ -32,6 +33,10 @@ def build_model(config: ModelConfig) -> Model:
         from coterie.runtime.models.anthropic_messages import AnthropicModel
 
         return AnthropicModel(config)
+    if isinstance(config, PluginModelConfig):
+        from coterie.runtime.models.plugins import build_plugin_model
+
+        return build_plugin_model(config)
     assert_never(config)
 
 
