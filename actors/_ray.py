@@ -215,6 +215,22 @@ def audit_buffer_for(
     return AuditBuffer(send, replay=replay, spool_path=spool_path, **kwargs)
 
 
+def upload_runtime_env(env: dict[str, Any] | None, scratch: Path) -> dict[str, Any] | None:
+    """``env`` (local paths, from :func:`runtime.plugins.shipping.runtime_env_for`)
+    with its ``py_modules`` uploaded to the cluster: an actor's own runtime
+    environment may name only URIs, local paths being a job's. Uploading the
+    same files again reuses what is there (the URI is their content's hash)."""
+    if not env or not env.get("py_modules"):
+        return env
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    uploaded: dict[str, Any] = upload_py_modules_if_needed(
+        dict(env), include_gitignore=True, scratch_dir=str(scratch)
+    )
+    return uploaded
+
+
 __all__ = [
     "NAMESPACE",
     "ActorProxy",
@@ -233,4 +249,5 @@ __all__ = [
     "runtime_id",
     "scheduler_name",
     "unwrap",
+    "upload_runtime_env",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -26,14 +27,18 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from coterie.actors._plugins import env_options, load_here
 from coterie.actors._ray import audit_buffer_for, audit_name, memory_backend, memory_name, remote
 from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.eval.budget import RunBudget
 from coterie.runtime.eval.plan import RunPlan
 from coterie.runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
 from coterie.runtime.memory import MemoryClient
+from coterie.runtime.plugins import PluginSet
+from coterie.runtime.plugins.code import load_code_tools
+from coterie.runtime.tool import ToolSpec
 from coterie.runtime.usage.budget import RouterBudget
-from coterie.tools import builtin_registry
+from coterie.tools import registry_for
 
 
 class EvalBudgetActor:
@@ -89,13 +94,22 @@ class EvalWorkerActor:
         settings: RuntimeSettings,
         connections: int,
         budget: Any = None,
+        plugins: PluginSet | None = None,
     ) -> None:
+        # First: a solver's persona may name a plugin's model provider.
+        loaded = load_here(plugins)
+        setups = {name: SolverSetup.model_validate_json(data) for name, data in solvers.items()}
+        # The solvers defined in code bring their own tools.
+        own: list[ToolSpec] = []
+        for setup in setups.values():
+            if setup.persona_dir is not None:
+                own += load_code_tools(Path(setup.persona_dir), pickle.loads)[0]
         self.scratch = Path(tempfile.mkdtemp(prefix="coterie-eval-"))
         audit = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
         memory = memory_backend(ray.get_actor(memory_actor, namespace=namespace))
         self.worker = SampleWorker(
-            {name: SolverSetup.model_validate_json(data) for name, data in solvers.items()},
-            registry=builtin_registry(),
+            setups,
+            registry=registry_for(loaded.tools.values(), own),
             scratch=self.scratch,
             audit=audit,
             settings=settings,
@@ -138,7 +152,9 @@ class RayExecutor:
         settings: RuntimeSettings,
         max_connections: int,
         budget: Any = None,
+        plugins: PluginSet | None = None,
     ) -> None:
+        self._plugins = plugins
         self._args: dict[str, Any] = {
             "audit_actor": audit_actor,
             "memory_actor": memory_actor,
@@ -148,6 +164,7 @@ class RayExecutor:
             "connections": max(1, max_connections // workers),
             # The run's EvalBudgetActor (--max-cost), or None.
             "budget": budget,
+            "plugins": plugins,
         }
         self._solvers = {name: s.model_dump_json() for name, s in solvers.items()}
         # Round-robin over the nodes alive now; a replacement goes where Ray
@@ -162,7 +179,7 @@ class RayExecutor:
             node = self._nodes[index % len(self._nodes)]
             strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
         return EvalWorkerRemote.options(  # type: ignore[attr-defined]
-            scheduling_strategy=strategy
+            scheduling_strategy=strategy, **env_options(self._plugins)
         ).remote(self._solvers, **self._args)
 
     @classmethod
@@ -184,6 +201,7 @@ class RayExecutor:
             settings=rt.settings,
             max_connections=plan.task.max_connections,
             budget=budget,
+            plugins=rt.plugins,
         )
 
     @property

@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import pickle
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import ray
 
+from coterie.actors._plugins import builtin_names, load_here
 from coterie.actors._ray import (
     RayPersonaLink,
     audit_buffer_for,
@@ -42,11 +44,15 @@ from coterie.runtime.memory import MemoryClient
 from coterie.runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.persona import Launchers, PersonaHost, PersonaRuntime
+from coterie.runtime.plugins import PluginSet
+from coterie.runtime.plugins.code import load_code_tools
+from coterie.runtime.plugins.report import check_missing, tools_of_persona
 from coterie.runtime.routing import Directory, IdleWatcher
 from coterie.runtime.schedule.service import SchedulerService
 from coterie.runtime.services import Services
+from coterie.runtime.tool import ToolRegistry
 from coterie.runtime.usage.budget import RouterBudget
-from coterie.tools import builtin_registry
+from coterie.tools import registry_for
 
 log = logging.getLogger("coterie.persona")
 
@@ -63,6 +69,27 @@ class RouterDeliveries:
     async def connectors(self) -> list[ConnectorInfo]:
         infos: list[ConnectorInfo] = await self.directory.call_router("connectors")
         return infos
+
+
+def _unique(problems: list[Any]) -> list[Any]:
+    return list({str(p): p for p in problems}.values())
+
+
+def persona_registry(persona: Any, plugins: PluginSet | None) -> ToolRegistry:
+    """The built-in tools, the plugins' and the persona's own (defined in
+    code), loaded in this process; the tools it names that none of them
+    provides are logged (the router refused it under ``plugins.strict``)."""
+    loaded = load_here(plugins)
+    own, problems = load_code_tools(persona.path, pickle.loads)
+    found = tools_of_persona(
+        persona.config.tools,
+        persona.path,
+        builtin=builtin_names(),
+        plugin_tools=loaded.tool_plugins,
+        problems=_unique([*(plugins.problems if plugins else []), *loaded.problems, *problems]),
+    )
+    check_missing(persona.name, found, strict=False)
+    return registry_for(loaded.tools.values(), own)
 
 
 def _scheduler(name: str | None, namespace: str) -> SchedulerService | None:
@@ -92,7 +119,9 @@ class PersonaActor:
         roster: list[tuple[str, str]],
         settings: RuntimeSettings,
         scheduler_actor: str | None = None,
+        plugins: PluginSet | None = None,
     ) -> None:
+        load_here(plugins)  # first: persona.yaml may name a plugin's model provider
         persona = load_persona(Path(home), name)
         self._audit_handle = ray.get_actor(audit_actor, namespace=namespace)
         # One spool per persona on local disk: a restarted actor resends what
@@ -110,7 +139,7 @@ class PersonaActor:
         self.runtime = PersonaRuntime(
             persona,
             model=build_model_or_unavailable(persona.config.model),
-            registry=builtin_registry(),
+            registry=persona_registry(persona, plugins),
             services=Services(
                 audit=self.buffer,
                 messenger=self.directory,
@@ -130,6 +159,7 @@ class PersonaActor:
                     router_actor=router_actor,
                     namespace=namespace,
                     max_processes=settings.max_background_processes,
+                    plugins=plugins,
                 ),
                 # One CodingAgent actor per delegation, likewise.
                 coding_agents=RayCodingAgents(

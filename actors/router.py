@@ -17,15 +17,24 @@ from typing import Any
 
 import ray
 
+from coterie.actors._plugins import builtin_names, env_options, load_here
 from coterie.actors._ray import actor_id, persona_actor_name, remote
 from coterie.actors.mcp import new_server_actor
 from coterie.actors.persona import PersonaActorRemote
-from coterie.runtime.config import Placement, RuntimeSettings, load_persona, runtime_timezone
+from coterie.runtime.config import (
+    Persona,
+    Placement,
+    RuntimeSettings,
+    load_persona,
+    runtime_timezone,
+)
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.errors import PlacementError
 from coterie.runtime.mcp.records import McpLaunch
 from coterie.runtime.messages import PersonaStats
 from coterie.runtime.permissions.gate import persona_gate
+from coterie.runtime.plugins import PluginSet
+from coterie.runtime.plugins.report import check_missing, tools_of_persona
 from coterie.runtime.routing import Router, RouterStatus
 from coterie.runtime.routing.placement import check_placement, start_timeout_message
 from coterie.runtime.usage.budget import BudgetLedger, PersonaBudgets, spent_sql
@@ -65,12 +74,25 @@ def default_start_limit() -> int:
     return max(2, int(ray.cluster_resources().get("CPU", 0)))
 
 
-def check_rules(persona: Any, runtime: Any) -> None:
-    """Raise the :class:`PersonaConfigError` the persona's permission rules
-    (persona.yaml, approved.yaml, runtime.yaml) would stop it with."""
-    from coterie.tools import builtin_registry
-
-    persona_gate(persona, runtime, known_tools=builtin_registry().names(), desk=None)
+def check_persona(persona: Persona, settings: RuntimeSettings, plugins: PluginSet | None) -> None:
+    """Raise what would stop the persona's actor: the :class:`PersonaConfigError`
+    of its permission rules (persona.yaml, approved.yaml, runtime.yaml), and
+    under ``plugins.strict`` the :class:`PluginError` of a tool it names that
+    no built-in, plugin or code tool provides. (A model provider no plugin
+    registers failed reading its file: this process loaded the plugins.)"""
+    plugins = plugins or PluginSet()
+    builtin = builtin_names()
+    found = tools_of_persona(
+        persona.config.tools,
+        persona.path,
+        builtin=builtin,
+        plugin_tools=plugins.tool_plugins,
+        problems=plugins.problems,
+    )
+    known = [*builtin, *found.plugin_tools, *plugins.tool_plugins]
+    persona_gate(persona, settings.permissions, known_tools=known, desk=None)
+    if plugins.strict:
+        check_missing(persona.name, found, strict=True)
 
 
 def check_cluster_placement(placement: Placement, who: str) -> None:
@@ -94,8 +116,10 @@ class RayPersonaHost:
         memory_actor: str,
         settings: RuntimeSettings,
         scheduler_actor: str | None = None,
+        plugins: PluginSet | None = None,
     ) -> None:
         self.home = home
+        self.plugins = plugins
         self.runtime_id = runtime_id
         self.namespace = namespace
         self.audit_actor = audit_actor
@@ -111,7 +135,7 @@ class RayPersonaHost:
         persona = load_persona(self.home, name)
         # Rules that would not load stop it here, with their own error (its
         # actor would fail to start on them).
-        check_rules(persona, self.settings.permissions)
+        check_persona(persona, self.settings, self.plugins)
         placement = persona.config.placement
         self.placements[name] = placement
         who = f"persona {name!r}"
@@ -125,6 +149,8 @@ class RayPersonaHost:
             # the router; stop_all and passivation end them.
             lifetime="detached",
             **placement_options(placement),
+            # The plugins' code, on whichever node it lands.
+            **env_options(self.plugins),
         ).remote(
             name,
             str(self.home),
@@ -135,6 +161,7 @@ class RayPersonaHost:
             roster=roster,
             settings=self.settings,
             scheduler_actor=self.scheduler_actor,
+            plugins=self.plugins,
         )
         # Bounded only when pinned: an unpinned persona fits any node, so a slow
         # start is load (a hundred starting at once), not a placement no node
@@ -202,7 +229,10 @@ class RouterActor:
         memory_actor: str,
         settings: RuntimeSettings,
         scheduler_actor: str | None = None,
+        plugins: PluginSet | None = None,
     ) -> None:
+        # Before the roster reads a persona file: their providers are registered.
+        load_here(plugins)
         self.runtime_id = runtime_id
         self.host = RayPersonaHost(
             Path(home),
@@ -213,6 +243,7 @@ class RouterActor:
             memory_actor=memory_actor,
             settings=settings,
             scheduler_actor=scheduler_actor,
+            plugins=plugins,
         )
         self.router: Router[Any] = Router(
             Path(home),
@@ -308,6 +339,9 @@ class RouterActor:
     async def flush_all(self) -> int:
         return await self.router.flush_all()
 
+    async def stop_persona(self, name: str) -> bool:
+        return await self.router.stop(name)
+
     async def stop_all(self) -> int:
         """Stop every persona actor of this runtime, those this router did not
         start too (it may have been restarted)."""
@@ -361,6 +395,7 @@ __all__ = [
     "RouterActorRemote",
     "await_started",
     "check_cluster_placement",
+    "check_persona",
     "default_start_limit",
     "placement_options",
 ]

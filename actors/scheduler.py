@@ -34,11 +34,13 @@ from typing import Any, Literal, cast, get_args
 
 import ray
 
+from coterie.actors._plugins import env_options, load_here
 from coterie.actors._ray import ActorProxy, RayPersonaLink, audit_buffer_for
 from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.connectors import ConnectorInfo
 from coterie.runtime.fires import FireDispatcher, SchedulerStats
 from coterie.runtime.messages import Origin, TurnStatus
+from coterie.runtime.plugins import PluginSet
 from coterie.runtime.routing import Directory
 from coterie.runtime.schedule import (
     STORE_FILE,
@@ -116,7 +118,9 @@ class SchedulerActor:
         router_actor: str,
         namespace: str,
         settings: RuntimeSettings,
+        plugins: PluginSet | None = None,
     ) -> None:
+        load_here(plugins)  # first: a heartbeat may name a plugin's model provider
         path = Path(home)
         audit = ray.get_actor(audit_actor, namespace=namespace)
         # A spool on local disk: a restarted scheduler resends what it recorded.
@@ -237,6 +241,7 @@ def get_or_create_scheduler(
     router_actor: str,
     detached: bool,
     options: dict[str, Any] | None = None,
+    plugins: PluginSet | None = None,
 ) -> Any:
     """The named Scheduler actor, created on first use; ``options`` are more
     Ray actor options (where it runs: beside the home's files)."""
@@ -246,12 +251,14 @@ def get_or_create_scheduler(
         get_if_exists=True,
         lifetime="detached" if detached else None,
         **(options or {}),
+        **env_options(plugins),
     ).remote(
         home,
         audit_actor=audit_actor,
         router_actor=router_actor,
         namespace=namespace,
         settings=settings,
+        plugins=plugins,
     )
 
 

@@ -15,17 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
+from pathlib import Path
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from coterie.actors._plugins import env_options, load_here
 from coterie.actors._ray import RayPersonaLink, audit_buffer_for, remote
 from coterie.runtime.delegation import SubagentRequest, SubagentRun, Work, WorkOutcome
 from coterie.runtime.models import build_model_or_unavailable
+from coterie.runtime.plugins import PluginSet
+from coterie.runtime.plugins.code import load_code_tools
 from coterie.runtime.shell import LocalProcesses
+from coterie.runtime.tool import ToolRegistry
 from coterie.runtime.usage.budget import RouterBudget
-from coterie.tools import builtin_registry
+from coterie.tools import registry_for
 
 
 class SubagentActor:
@@ -37,6 +43,7 @@ class SubagentActor:
         namespace: str,
         max_processes: int = 16,
         router_actor: str | None = None,
+        plugins: PluginSet | None = None,
     ) -> None:
         self.buffer = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
         # Its model calls count against its parent's budget, kept by the router.
@@ -46,7 +53,8 @@ class SubagentActor:
             else None
         )
         # Built now, so that a spare actor is warm when its task comes.
-        self.registry = builtin_registry()
+        self.plugin_tools = list(load_here(plugins).tools.values())
+        self.registry = registry_for(self.plugin_tools)
         self.max_processes = max_processes
         self.current: SubagentRun | None = None
         self.task: asyncio.Task[WorkOutcome] | None = None
@@ -60,7 +68,7 @@ class SubagentActor:
         self.current = SubagentRun(
             request,
             model=build_model_or_unavailable(request.model),
-            registry=self.registry,
+            registry=self._registry_for(request),
             audit=self.buffer,
             processes=LocalProcesses(max_processes=self.max_processes),
             budget=self.budget,
@@ -71,6 +79,13 @@ class SubagentActor:
         finally:
             await self.current.aclose()
         return outcome.model_dump_json()
+
+    def _registry_for(self, request: SubagentRequest) -> ToolRegistry:
+        """The tools, with its persona's own when it was defined in code."""
+        if request.home is None:
+            return self.registry
+        own, _ = load_code_tools(Path(request.home) / "personas" / request.persona, pickle.loads)
+        return registry_for(self.plugin_tools, own) if own else self.registry
 
     async def progress(self) -> dict[str, Any]:
         if self.current is None:
@@ -130,7 +145,9 @@ class RaySubagents:
         node_id: str | None = None,
         spares: int = 1,
         max_processes: int = 16,
+        plugins: PluginSet | None = None,
     ) -> None:
+        self.plugins = plugins
         self.audit_actor = audit_actor
         self.router_actor = router_actor
         self.namespace = namespace
@@ -143,7 +160,10 @@ class RaySubagents:
     def _new_actor(self) -> Any:
         actor: Any = SubagentActorRemote.options(  # type: ignore[attr-defined]
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False),
-        ).remote(self.audit_actor, self.namespace, self.max_processes, self.router_actor)
+            **env_options(self.plugins),
+        ).remote(
+            self.audit_actor, self.namespace, self.max_processes, self.router_actor, self.plugins
+        )
         actor.__ray_ready__.remote()
         return actor
 

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from coterie.api import Runtime
+    from coterie.runtime.plugins.code import CodePersona as Persona
+    from coterie.runtime.tool import tool
 
-__all__ = ["Runtime"]
+__all__ = ["Persona", "Runtime", "tool"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,4 +25,12 @@ def __getattr__(name: str) -> Any:
         from coterie.api import Runtime
 
         return Runtime
+    if name == "Persona":  # a persona defined in code, for Runtime.register
+        from coterie.runtime.plugins.code import CodePersona
+
+        return CodePersona
+    if name == "tool":  # the decorator that makes an async function a tool
+        from coterie.runtime.tool import tool
+
+        return tool
     raise AttributeError(name)

@@ -14,6 +14,8 @@ import asyncio
 import json
 import logging
 import os
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 import ray
 
 from coterie import cluster
+from coterie.actors._plugins import builtin_names, env_options
 from coterie.actors._ray import (
     RayPersonaLink,
     audit_name,
@@ -35,6 +38,7 @@ from coterie.actors._ray import (
     runtime_id,
     scheduler_name,
     unwrap,
+    upload_runtime_env,
 )
 from coterie.actors.audit import get_or_create_audit_log
 from coterie.actors.memory import get_or_create_memory_store
@@ -64,6 +68,7 @@ from coterie.runtime.errors import (
     UnknownApprovalError,
     UnknownPersonaError,
 )
+from coterie.runtime.eval.records import RunReport
 from coterie.runtime.fires import SchedulerStats
 from coterie.runtime.frontdoor import (
     ApprovalInfo,
@@ -83,6 +88,8 @@ from coterie.runtime.messages import (
     StreamItem,
 )
 from coterie.runtime.permissions.approvals import ANSWERS
+from coterie.runtime.plugins import Plugins, PluginSet, plugin_set
+from coterie.runtime.plugins.code import CodePersona, remove_code_persona, write_code_persona
 from coterie.runtime.routing import Directory, RouterStatus
 from coterie.runtime.schedule.records import ScheduleListing
 
@@ -95,6 +102,42 @@ T = TypeVar("T")
 
 
 log = logging.getLogger(__name__)
+
+
+def _plugins_of(home: Path, settings: RuntimeSettings) -> tuple[PluginSet, Plugins]:
+    """The home's plugins, loaded here, and as its actors get them: with
+    their code uploaded to the cluster when it must be shipped."""
+    described, loaded, env = plugin_set(home, settings.plugins, taken=builtin_names())
+    with tempfile.TemporaryDirectory(prefix="coterie-plugins-") as scratch:
+        uploaded = upload_runtime_env(env, Path(scratch))
+    return described.model_copy(update={"runtime_env": uploaded}), loaded
+
+
+def _dumps_by_value(specs: list[Any]) -> bytes:
+    """A code persona's tools pickled with their code, so that a node that
+    has not got their module (a notebook's ``__main__``, a script) runs them.
+    Installed packages and coterie stay references: every node has them."""
+    from ray import cloudpickle
+
+    from coterie.runtime.plugins.refs import outside_installation
+
+    modules = {spec.fn.__module__ for spec in specs} | {
+        spec.args_model.__module__ for spec in specs
+    }
+    by_value = []
+    for name in sorted(modules):
+        module = sys.modules.get(name)
+        if module is None or name == "__main__":
+            continue  # cloudpickle pickles __main__'s objects by value already
+        file = getattr(module, "__file__", None)
+        if file and outside_installation(Path(file)):
+            cloudpickle.register_pickle_by_value(module)
+            by_value.append(module)
+    try:
+        return bytes(cloudpickle.dumps(specs))
+    finally:
+        for module in by_value:
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 class Runtime:
@@ -128,6 +171,9 @@ class Runtime:
         ]
         for asked, who in pinned:  # a clear error now, not actors pending forever
             check_cluster_placement(asked, who)
+        self.plugins: PluginSet
+        self.loaded_plugins: Plugins
+        self.plugins, self.loaded_plugins = _plugins_of(home, self.settings)
         self.audit: Any = get_or_create_audit_log(
             str(home / "audit.duckdb"),
             name=audit_name(self.id),
@@ -152,6 +198,8 @@ class Runtime:
             get_if_exists=True,
             lifetime="detached" if detached else None,
             **placement_options(placement.router),
+            # Its persona actors, and theirs, get the plugins' code from it.
+            **env_options(self.plugins),
         ).remote(
             str(home),
             runtime_id=self.id,
@@ -161,6 +209,7 @@ class Runtime:
             memory_actor=memory_name(self.id),
             settings=self.settings,
             scheduler_actor=scheduler_name(self.id),
+            plugins=self.plugins,
         )
         # The scheduler holds <home>/schedule.duckdb, as the audit log holds
         # its file: it runs where the audit log does (the home's node).
@@ -173,6 +222,7 @@ class Runtime:
             router_actor=router_name(self.id),
             detached=detached,
             options=placement_options(placement.audit),
+            plugins=self.plugins,
         )
         # The router, the audit log and the scheduler always: the audit log and
         # the scheduler fail at once when another runtime holds the home's
@@ -394,6 +444,62 @@ class Runtime:
         count: int = await self.directory.call_router("count")
         return count
 
+    # -- personas defined in code, and plugins -----------------------------
+
+    def register(self, persona: CodePersona) -> Runtime:
+        """Add (or replace) a persona defined in code (``coterie.Persona``):
+        it is written into the home as a persona directory, its own tools
+        pickled with their code, so that it is as virtual as any other —
+        started by its first message on any node, listed, served, evaluated.
+        A running persona of that name is stopped, so that its next message
+        meets the new definition. Returns the runtime, to chain calls."""
+        persona.check_names([*builtin_names(), *self.plugins.tool_plugins])
+        write_code_persona(self.home, persona, _dumps_by_value)
+        self._run(self._stop_persona(persona.name))
+        return self
+
+    def unregister(self, name: str) -> bool:
+        """Remove a persona :meth:`register` added (its workspace too); False
+        when there is none. A persona written by hand is refused."""
+        self._run(self._stop_persona(name))
+        return remove_code_persona(self.home, name)
+
+    async def _stop_persona(self, name: str) -> None:
+        await self.directory.call_router("stop_persona", name)
+        self.directory.forget(name)
+
+    async def plugins_async(self) -> dict[str, Any]:
+        """The plugins of this runtime (:attr:`plugins` as JSON, without the
+        runtime environment): what each provides, what failed to load."""
+        return self.plugins.model_dump(mode="json", exclude={"runtime_env"})
+
+    def eval(
+        self,
+        task: str | os.PathLike[str],
+        *,
+        persona: str | None = None,
+        model: str | None = None,
+        limit: int | None = None,
+        epochs: int | None = None,
+        workers: int | None = None,
+        run_id: str | None = None,
+    ) -> RunReport:
+        """Run an eval task file on this runtime's cluster, as ``coterie eval``
+        does (recorded in ``<home>/evals.duckdb``), and return its report.
+        ``persona`` may name a persona :meth:`register` added."""
+        from coterie.evals import execute
+        from coterie.runtime.eval.plan import RunOptions, plan_run
+        from coterie.runtime.eval.store import open_store
+
+        options = RunOptions(persona=persona, model=model, limit=limit, epochs=epochs)
+        store = open_store(self.home)
+        try:
+            plan = plan_run(Path(task), self.home, store, options, run_id=run_id)
+            self._run(execute(plan, self, store, workers=workers))
+            return store.report(plan.run.run_id)
+        finally:
+            store.close()
+
     # -- memory ----------------------------------------------------------
 
     async def recall_async(
@@ -486,6 +592,7 @@ class Runtime:
             "audit": audit.model_dump(),
             "memory": await self._memory_status(),
             "scheduler": await self._scheduler_status(),
+            "plugins": await self.plugins_async(),
         }
 
     async def _scheduler_status(self) -> dict[str, Any]:

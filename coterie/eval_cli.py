@@ -16,10 +16,9 @@ from rich.table import Table
 
 from coterie.runtime.config import resolve_home
 from coterie.runtime.errors import ConfigError
-from coterie.runtime.eval.budget import spent_sql
 from coterie.runtime.eval.plan import RunOptions, RunPlan, plan_resume, plan_run
 from coterie.runtime.eval.records import CompareReport, RunReport
-from coterie.runtime.eval.runner import EvalRunner, Progress
+from coterie.runtime.eval.runner import Progress
 from coterie.runtime.eval.store import EvalStore, open_store
 
 # Wide enough for the tables when the output goes to a file or a pipe.
@@ -142,26 +141,9 @@ def _describe(p: Progress) -> str:
     return f"in flight {p.in_flight} · errors {p.errors} · limits {p.limits} · {score}"
 
 
-async def _budget(plan: RunPlan, rt: Any) -> Any:
-    """The run's budget actor (None without ``--max-cost``), starting from
-    what the run's earlier passes spent."""
-    limit = plan.options.max_cost
-    if limit is None:
-        return None
-    from coterie.actors.eval import EvalBudgetRemote
-
-    spent = float((await rt.query_async(spent_sql(plan.run.run_id))).rows[0][0] or 0.0)
-    console.print(f"  budget ${limit:.2f}, ${spent:.4f} spent by earlier passes")
-    return EvalBudgetRemote.remote(plan.run.run_id, limit, spent)  # type: ignore[attr-defined]
-
-
 async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore) -> Progress:
-    from coterie.actors.eval import RayExecutor
+    from coterie.evals import execute
 
-    budget = await _budget(plan, rt)
-    executor = RayExecutor.for_runtime(plan, rt, workers=workers, budget=budget)
-    placed = await executor.nodes()
-    console.print(f"{executor.size} eval workers on {len(set(placed))} node(s)")
     columns = (
         TextColumn("[bold]{task.fields[name]}"),
         BarColumn(),
@@ -169,35 +151,14 @@ async def _execute(plan: RunPlan, rt: Any, workers: int | None, store: EvalStore
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
     )
-    try:
-        with Bar(*columns, console=console, transient=False) as bar:
-            total = len(plan.samples) * plan.task.epochs
-            tid = bar.add_task("starting", total=total, name=plan.task.name)
+    with Bar(*columns, console=console, transient=False) as bar:
+        total = len(plan.samples) * plan.task.epochs
+        tid = bar.add_task("starting", total=total, name=plan.task.name)
 
-            def show(p: Progress) -> None:
-                bar.update(tid, completed=p.done, description=_describe(p))
+        def show(p: Progress) -> None:
+            bar.update(tid, completed=p.done, description=_describe(p))
 
-            runner = EvalRunner(
-                plan.task,
-                plan.samples,
-                run=plan.run,
-                store=store,
-                executor=executor,
-                scorers=plan.scorers,
-                graders=plan.graders,
-                on_progress=show,
-                pass_tag=plan.pass_tag,
-            )
-            progress = await runner.run()
-            if budget is not None:
-                progress.spent_usd = await budget.spent.remote()
-            return progress
-    finally:
-        await executor.aclose()
-        if budget is not None:
-            import ray
-
-            ray.kill(budget)
+        return await execute(plan, rt, store, workers=workers, on_progress=show, say=console.print)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -143,7 +143,13 @@ class FrontDoor(Protocol):
 
     async def status_async(self) -> dict[str, Any]:
         """What runs: personas, connectors, the audit log, memory, the
-        scheduler, the cluster."""
+        scheduler, the cluster, the plugins."""
+        ...
+
+    async def plugins_async(self) -> dict[str, Any]:
+        """The runtime's plugins (a :class:`~runtime.plugins.PluginSet` as
+        JSON, without its runtime environment): what each provides, what
+        failed to load."""
         ...
 
     async def schedules_async(self, persona: str | None = None) -> ScheduleListing:

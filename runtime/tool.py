@@ -185,7 +185,7 @@ def tool(
     """
 
     def wrap(fn: ToolFn) -> ToolSpec:
-        label = name or getattr(fn, "__name__", repr(fn))
+        label: str = name or getattr(fn, "__name__", None) or repr(fn)
         if not inspect.iscoroutinefunction(fn):
             raise ToolDefinitionError(label, "must be an async function")
         params = list(inspect.signature(fn).parameters)
@@ -225,7 +225,9 @@ def check_spec(spec: object) -> ToolSpec:
     function; else :class:`ToolDefinitionError` naming it and why."""
     if not isinstance(spec, ToolSpec):
         what = getattr(spec, "__name__", None) or type(spec).__name__
-        raise ToolDefinitionError(str(what), "is not a tool (decorate an async function with @tool)")
+        raise ToolDefinitionError(
+            str(what), "is not a tool (decorate an async function with @tool)"
+        )
     if not TOOL_NAME_RE.match(spec.name):
         raise ToolDefinitionError(
             spec.name, "a tool name is 1-64 letters, digits, '_' or '-', starting with a letter"

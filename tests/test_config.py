@@ -59,7 +59,8 @@ def test_bare_yaml_off_is_read_as_off(tmp_path: Path) -> None:
         (
             {"model": {"provider": "Gemini Pro", "name": "x"}},
             "model.plugin.provider: Value error, expected one of scripted, openai, anthropic, "
-            "a plugin's provider name",
+            "the name of a provider a loaded plugin registers (loaded: none) or 'module:Class', "
+            "got 'Gemini Pro'",
         ),
         ({"model": {"name": "x"}}, "model: missing 'provider'"),
         ({"model": {"provider": "openai"}}, "model.openai.name: Field required"),

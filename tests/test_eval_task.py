@@ -294,8 +294,8 @@ def test_solver_persona_and_inline_bodies_are_validated(tmp_path: Path) -> None:
     ]
     model = {"provider": "Gemini Pro"}
     assert problems_of(task_file(tmp_path, solver={"persona": "p", "model": model})) == [
-        "solver.model: provider: expected one of scripted, openai, anthropic, a plugin's "
-        "provider name (lowercase letters, digits, '-', '_') or 'module:Class', got 'Gemini Pro'"
+        "solver.model: provider: expected one of scripted, openai, anthropic, the name of a "
+        "provider a loaded plugin registers (loaded: none) or 'module:Class', got 'Gemini Pro'"
     ]
     graded = {"type": "model_graded", "rubric": "r", "grader": "The Judge"}
     assert problems_of(task_file(tmp_path, scorers=[graded])) == [

@@ -135,7 +135,12 @@ def test_the_runtime_zone_is_the_default(tmp_path: Path, monkeypatch: pytest.Mon
             "misfire_grace",
             "not a duration",
         ),
-        ("heartbeat: {every: 30m, model: {provider: nope}}\n", "heartbeat", "model", ""),
+        (
+            "heartbeat: {every: 30m, model: {provider: nope}}\n",
+            "heartbeat",
+            "model.plugin.provider",
+            "a loaded plugin registers (loaded: none)",
+        ),
         ("crons: []\n", "(file)", "crons", "unknown field"),
         ("- a\n- b\n", "(file)", "(top level)", "mapping"),
         ("cron: [\n", "(file)", "(yaml)", "not valid YAML"),

@@ -27,8 +27,7 @@ def describe_error(err: dict[str, Any]) -> str:
         msg = f"expected one of {ctx.get('expected_tags')}, got {ctx.get('tag')!r}"
     elif err["type"] == "union_tag_not_found":
         msg = (
-            "missing 'provider' (expected 'openai', 'anthropic', 'scripted' or a plugin's "
-            "provider)"
+            "missing 'provider' (expected 'openai', 'anthropic', 'scripted' or a plugin's provider)"
         )
     elif err["type"] == "extra_forbidden":
         msg = "unknown field"

@@ -118,6 +118,25 @@ PLUGIN_PROVIDER_RE = re.compile(
 )
 BUILTIN_PROVIDERS = ("scripted", "openai", "anthropic")
 
+#: The short provider names the plugins loaded in this process registered
+#: (name -> plugin), kept here so that a persona file naming an unknown one is
+#: refused when it is read. :mod:`coterie.runtime.models.plugins` fills it.
+_PROVIDER_NAMES: dict[str, str] = {}
+
+
+def note_provider_name(name: str, plugin: str) -> None:
+    """Accept ``provider: name`` in model entries read in this process."""
+    _PROVIDER_NAMES[name] = plugin
+
+
+def forget_provider_names() -> None:
+    _PROVIDER_NAMES.clear()
+
+
+def provider_names() -> dict[str, str]:
+    """The plugin providers' short names accepted here, and their plugins."""
+    return dict(sorted(_PROVIDER_NAMES.items()))
+
 
 class PluginModelConfig(_ModelBase):
     """A provider a plugin adds: ``provider: mypkg.models:EchoModel`` (imported
@@ -137,10 +156,13 @@ class PluginModelConfig(_ModelBase):
     @field_validator("provider")
     @classmethod
     def _provider(cls, value: str) -> str:
-        if not PLUGIN_PROVIDER_RE.match(value):
+        if not PLUGIN_PROVIDER_RE.match(value) or (
+            ":" not in value and value not in _PROVIDER_NAMES
+        ):
+            loaded = ", ".join(_PROVIDER_NAMES) or "none"
             raise ValueError(
-                f"expected one of {', '.join(BUILTIN_PROVIDERS)}, a plugin's provider name "
-                f"(lowercase letters, digits, '-', '_') or 'module:Class', got {value!r}"
+                f"expected one of {', '.join(BUILTIN_PROVIDERS)}, the name of a provider a "
+                f"loaded plugin registers (loaded: {loaded}) or 'module:Class', got {value!r}"
             )
         return value
 
@@ -152,7 +174,9 @@ class PluginModelConfig(_ModelBase):
 
 
 def _provider_tag(value: Any) -> str | None:
-    provider = value.get("provider") if isinstance(value, dict) else getattr(value, "provider", None)
+    provider = (
+        value.get("provider") if isinstance(value, dict) else getattr(value, "provider", None)
+    )
     if provider is None:
         return None  # pydantic then says that 'provider' is missing
     if provider in BUILTIN_PROVIDERS:
@@ -180,4 +204,7 @@ __all__ = [
     "ScriptedRule",
     "ScriptedToolCall",
     "ScriptedWhen",
+    "forget_provider_names",
+    "note_provider_name",
+    "provider_names",
 ]

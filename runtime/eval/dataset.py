@@ -99,7 +99,10 @@ def load_samples(
             known = ", ".join(sorted(loaders or {})) or "none"
             raise TaskFileError(
                 task.label,
-                [f"dataset.loader: no plugin registered a loader {spec.loader!r} (loaded: {known})"],
+                [
+                    f"dataset.loader: no plugin registered a loader {spec.loader!r} "
+                    f"(loaded: {known})"
+                ],
             )
         label = f"plugin loader {spec.loader} (dataset.loader of {task.label})"
         return _collect(_call_rows(loader, label), label, spec.fields, limit)

@@ -141,8 +141,8 @@ def plan_run(
 ) -> RunPlan:
     """A new run of the task file (recorded in ``store``)."""
     path = Path(task_path)
+    plugins = _plugins(home)  # first: the task may name a plugin's model provider
     task = _apply(load_task(path), options, str(path))
-    plugins = _plugins(home)
     samples = load_samples(task, limit=options.limit, loaders=_functions(plugins.datasets))
     if not samples:
         raise TaskFileError(str(path), ["dataset: it has no samples"])
@@ -178,6 +178,7 @@ def plan_resume(
     if run is None:
         raise ConfigError(f"no eval run {run_id!r} in {store.path}")
     saved = json.loads(run.task_json)
+    plugins = _plugins(home)  # first: the task may name a plugin's model provider
     task = EvalTask.model_validate(saved["task"])
     if run.task_path:
         task = task.model_copy(update={"base_dir": Path(run.task_path).parent})
@@ -185,7 +186,6 @@ def plan_resume(
     options = RunOptions.model_validate(saved.get("options", {}))
     if max_cost is not None:
         options = options.model_copy(update={"max_cost": max_cost})
-    plugins = _plugins(home)
     samples = load_samples(task, limit=options.limit, loaders=_functions(plugins.datasets))
     scorers = build_scorers(task, _functions(plugins.scorers))
     solvers, graders = _solvers(task, scorers, home, options)

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from coterie.runtime.config import PERSONA_NAME_RE, ModelConfig, PersonaConfig
+from coterie.runtime.config import PERSONA_NAME_RE, PersonaConfig
 from coterie.runtime.config.models import BUILTIN_PROVIDERS
 from coterie.runtime.errors import ConfigError
 

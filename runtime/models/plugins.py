@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from coterie.runtime.config import PluginModelConfig
 from coterie.runtime.config._strict import describe_error
+from coterie.runtime.config.models import forget_provider_names, note_provider_name
 from coterie.runtime.errors import ModelError, ModelTimeoutError
 from coterie.runtime.messages import ModelRequest, ModelResponse
 from coterie.runtime.models.base import Model, TextSink
@@ -38,6 +39,7 @@ def register_provider(name: str, cls: type, plugin: str) -> None:
     if current is not None and current[0] is not cls:
         raise ValueError(f"a model provider named {name!r} is already registered by {current[1]}")
     _PROVIDERS[name] = (cls, plugin)
+    note_provider_name(name, plugin)
 
 
 def registered_providers() -> dict[str, str]:
@@ -48,6 +50,7 @@ def registered_providers() -> dict[str, str]:
 def forget_providers() -> None:
     """Drop every registered name (tests)."""
     _PROVIDERS.clear()
+    forget_provider_names()
 
 
 def provider_class(provider: str) -> type:

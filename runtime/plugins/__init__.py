@@ -38,6 +38,8 @@ class PluginSet(BaseModel):
 
     refs: list[PluginRef] = Field(default_factory=list)
     strict: bool = False
+    #: The built-in tools' names (what plugin tools may not be named).
+    builtin_tools: list[str] = Field(default_factory=list)
     #: What discovery and the driver's own load found wrong.
     problems: list[PluginProblem] = Field(default_factory=list)
     #: Tool name -> plugin label, as the driver loaded them.
@@ -67,6 +69,7 @@ def plugin_set(
     described = PluginSet(
         refs=found.refs,
         strict=settings.strict,
+        builtin_tools=list(taken),
         problems=problems,
         tool_plugins=dict(plugins.tool_plugins),
         model_plugins=dict(plugins.models),

@@ -100,7 +100,10 @@ class CodePersona:
         if clash:
             raise PersonaConfigError(
                 self.label,
-                [f"tools: {n!r} is the name of a built-in or plugin tool; rename it" for n in clash],
+                [
+                    f"tools: {n!r} is the name of a built-in or plugin tool; rename it"
+                    for n in clash
+                ],
             )
 
 
@@ -178,7 +181,9 @@ def load_code_tools(
     try:
         specs = loads(path.read_bytes())
     except Exception as exc:  # the user's code: contained and named
-        return [], [PluginProblem(plugin=label, cause=f"cannot load {path}: {type(exc).__name__}: {exc}")]
+        return [], [
+            PluginProblem(plugin=label, cause=f"cannot load {path}: {type(exc).__name__}: {exc}")
+        ]
     found: list[ToolSpec] = []
     problems: list[PluginProblem] = []
     for spec in specs if isinstance(specs, list) else []:

@@ -155,7 +155,9 @@ class _Collector:
                 self.plugins.problem(ref, f"{fn!r} is not a function", name)
             elif name in table:
                 self.plugins.problem(
-                    ref, f"a {kind[:-1]} named {name!r} is already registered by {table[name][1]}", name
+                    ref,
+                    f"a {kind[:-1]} named {name!r} is already registered by {table[name][1]}",
+                    name,
                 )
             else:
                 table[name] = (fn, ref.label)

@@ -90,13 +90,27 @@ def _installed_roots() -> list[Path]:
     return sorted(roots)
 
 
-def _coterie_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+def _coterie_roots() -> list[Path]:
+    """The folders of coterie's own packages (found, not imported)."""
+    roots = []
+    for package in (
+        "coterie",
+        "coterie.runtime",
+        "coterie.actors",
+        "coterie.tools",
+        "coterie.configs",
+    ):
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(Path(folder).resolve())
+    return roots
 
 
-def _outside_installation(path: Path) -> bool:
+def outside_installation(path: Path) -> bool:
+    """Whether the code at ``path`` is neither coterie's nor the Python
+    installation's: what the other nodes may not have."""
     path = path.resolve()
-    if path.is_relative_to(_coterie_root()):
+    if any(path.is_relative_to(root) for root in _coterie_roots()):
         return False  # coterie runs on every node already
     return not any(path.is_relative_to(root) for root in _installed_roots())
 
@@ -121,7 +135,7 @@ def _ship_of(module: str, ship: bool) -> str | None:
     if not ship:
         return None
     code = _code_of(module.partition(".")[0])
-    if code is None or not _outside_installation(code):
+    if code is None or not outside_installation(code):
         return None
     return str(code)
 
@@ -149,7 +163,8 @@ def _home_entry(entry: str, home: Path, ship: bool) -> PluginRef | PluginProblem
         return PluginProblem(plugin=entry, cause=f"no file or folder {path}")
     if not module.isidentifier():
         return PluginProblem(
-            plugin=entry, cause=f"{path.name} cannot be a module name ({module!r} is not an identifier)"
+            plugin=entry,
+            cause=f"{path.name} cannot be a module name ({module!r} is not an identifier)",
         )
     other = _code_of(module)
     if other is not None and other.resolve() != path:
@@ -183,7 +198,9 @@ def entry_point_refs(ship: bool) -> Discovery:
             module = module.strip()
             if not module or not all(p.isidentifier() for p in module.split(".")):
                 found.problems.append(
-                    PluginProblem(plugin=label, cause=f"entry point value {ep.value!r} is not module:object")
+                    PluginProblem(
+                        plugin=label, cause=f"entry point value {ep.value!r} is not module:object"
+                    )
                 )
                 continue
             found.refs.append(
@@ -242,4 +259,5 @@ __all__ = [
     "Provides",
     "discover",
     "entry_point_refs",
+    "outside_installation",
 ]

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from coterie.runtime.config.persona import ToolFilter
 from coterie.runtime.errors import PluginError
 from coterie.runtime.mcp.config import SEPARATOR
+from coterie.runtime.plugins.code import CODE_PLUGIN, code_tool_names
 from coterie.runtime.plugins.refs import PluginProblem
 from coterie.runtime.tool import matches_any
 
@@ -43,9 +45,7 @@ def _why_missing(name: str, problems: list[PluginProblem]) -> str:
         return "; ".join(str(p) for p in named)
     whole = [p for p in problems if p.name is None]
     if whole:
-        return "no built-in tool or plugin provides it; failed: " + "; ".join(
-            str(p) for p in whole
-        )
+        return "no built-in tool or plugin provides it; failed: " + "; ".join(str(p) for p in whole)
     return "no built-in tool or plugin provides it"
 
 
@@ -71,6 +71,20 @@ def persona_tools(
     return PersonaTools(plugin_tools=offered, missing=missing)
 
 
+def tools_of_persona(
+    tools: ToolFilter,
+    directory: Path,
+    *,
+    builtin: Iterable[str],
+    plugin_tools: Mapping[str, str],
+    problems: list[PluginProblem],
+) -> PersonaTools:
+    """:func:`persona_tools` for the persona in ``directory``: its own tools
+    (a persona defined in code) count as the plugin ``code``."""
+    offered = {**plugin_tools, **dict.fromkeys(code_tool_names(directory), CODE_PLUGIN)}
+    return persona_tools(tools, [*builtin, *offered], offered, problems)
+
+
 def check_missing(persona: str, found: PersonaTools, *, strict: bool) -> None:
     """Warn about (or, ``strict``, refuse) the tools a persona misses."""
     if not found.missing:
@@ -85,4 +99,4 @@ def check_missing(persona: str, found: PersonaTools, *, strict: bool) -> None:
         log.warning("%s starts without tool %s", persona, line)
 
 
-__all__ = ["PersonaTools", "check_missing", "persona_tools"]
+__all__ = ["PersonaTools", "check_missing", "persona_tools", "tools_of_persona"]

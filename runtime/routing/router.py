@@ -288,6 +288,20 @@ class Router(Generic[H]):
         await asyncio.gather(*(self.host.flush(h) for h in handles), return_exceptions=True)
         return len(handles)
 
+    async def stop(self, name: str) -> bool:
+        """Shut down and stop persona ``name``'s actor (its definition changed,
+        or it is gone): its next message starts it anew. False when none runs."""
+        handle = self._actors.pop(name, None)
+        if handle is None:
+            return False
+        try:
+            await self.host.shutdown(handle)
+        except CoterieError:
+            pass  # already gone: stopping it is what was asked
+        self._remember_passivated(self.host.actor_id(handle))
+        self.host.stop(handle)
+        return True
+
     async def stop_all(self, others: dict[str, H] | None = None) -> int:
         """Shut down and stop every active persona actor, and ``others`` (actors
         this router did not start, found by the caller); returns how many."""

@@ -45,12 +45,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from coterie.runtime.config import (
+    Persona,
     ServeSettings,
     load_persona_dir,
     persona_names,
@@ -79,6 +80,9 @@ from coterie.runtime.serve.http import (
     valid_id,
 )
 from coterie.runtime.usage.report import UsageQuery, parse_grouping, parse_since, usage_report
+
+if TYPE_CHECKING:  # loaded with the first persona described
+    from coterie.runtime.plugins.report import PersonaTools
 
 STATIC = Path(__file__).parent / "static"
 #: Personas listed per page of ``GET /v1/personas`` (and at most).
@@ -166,6 +170,20 @@ async def list_personas(request: web.Request) -> web.Response:
     )
 
 
+async def _plugin_tools(request: web.Request, persona: Persona) -> PersonaTools:
+    from coterie.runtime.plugins import PluginSet
+    from coterie.runtime.plugins.report import tools_of_persona
+
+    plugins = PluginSet.model_validate(await backend_of(request).plugins_async())
+    return tools_of_persona(
+        persona.config.tools,
+        persona.path,
+        builtin=plugins.builtin_tools,
+        plugin_tools=plugins.tool_plugins,
+        problems=plugins.problems,
+    )
+
+
 async def describe_persona(request: web.Request) -> web.Response:
     name = known_persona(request)
     persona = load_persona_dir(request.app[STATE].home / "personas" / name, name)
@@ -174,6 +192,7 @@ async def describe_persona(request: web.Request) -> web.Response:
         persona_names(request.app[STATE].home).index(name), 1
     )
     active = {i.name: i.active for i in page}
+    tools = await _plugin_tools(request, persona)
     return web.json_response(
         {
             "name": name,
@@ -181,6 +200,10 @@ async def describe_persona(request: web.Request) -> web.Response:
             "active": active.get(name, False),
             "model": {"provider": cfg.model.provider, "name": cfg.model.name},
             "tools": cfg.tools.model_dump(),
+            # The tools it gets from plugins (and from its own code), by plugin,
+            # and those it names that nobody provides, with the reason.
+            "plugin_tools": tools.plugin_tools,
+            "missing_tools": tools.missing,
             "access": cfg.access,
             # Its own rules (runtime.yaml's and approved.yaml's come with them
             # when it runs) and whom it may message (None: everyone).

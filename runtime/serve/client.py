@@ -257,6 +257,10 @@ class ServedDoor:
         status: dict[str, Any] = await self._call(self.client.get, "/v1/status")
         return status
 
+    async def plugins_async(self) -> dict[str, Any]:
+        plugins: dict[str, Any] = (await self.status_async()).get("plugins", {})
+        return plugins
+
     async def schedules_async(self, persona: str | None = None) -> ScheduleListing:
         # Here, not at the top: the scheduler's package loads croniter.
         from coterie.runtime.schedule.records import ScheduleListing
