@@ -595,6 +595,10 @@ class Runtime:
             "plugins": await self.plugins_async(),
         }
 
+    def status(self) -> dict[str, Any]:
+        """See :meth:`status_async`."""
+        return self._run(self.status_async())
+
     async def _scheduler_status(self) -> dict[str, Any]:
         """The scheduler's counters, or why there are none (it may be restarting)."""
         try:

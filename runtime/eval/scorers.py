@@ -233,7 +233,9 @@ class PythonScorer:
 
     def __init__(self, spec: PythonSpec | PluginScorerSpec, function: Callable[..., Any]) -> None:
         self.spec = spec
-        self.name = spec.name or spec.type
+        # A plugin's scorer is named after itself unless the task names it.
+        default = spec.scorer if isinstance(spec, PluginScorerSpec) else spec.type
+        self.name = spec.name or default
         self.function = function
         self.origin = spec.function if isinstance(spec, PythonSpec) else f"plugin {spec.scorer}"
 
