@@ -282,6 +282,60 @@ def test_a_full_node_is_an_error_after_the_start_timeout(rt: Runtime) -> None:
     until(lambda: not named(persona_actor_name(rt.id, "bigger"), rt.namespace), "bigger gone")
 
 
+WHERE_PLUGIN = """
+import os
+import ray
+from pydantic import BaseModel
+from coterie.runtime.tool import tool
+
+class NoArgs(BaseModel):
+    pass
+
+@tool()
+async def where_am_i(args: NoArgs, ctx) -> str:
+    "Where this code runs: its node and its file."
+    return ray.get_runtime_context().get_node_id() + " " + __file__
+
+TOOLS = [where_am_i]
+"""
+
+
+def test_a_plugin_only_the_driver_has_runs_on_the_other_node(
+    rt: Runtime, nodes: Nodes, tmp_path: Path
+) -> None:
+    """The plugin lives in a temporary folder of the driver's and is deleted
+    once the runtime started: the persona on the worker node can only have
+    it from Ray (its runtime environment), not from the driver's disk."""
+    folder = tmp_path / "driver_only"
+    folder.mkdir()
+    plugin = folder / "where_plugin.py"
+    plugin.write_text(WHERE_PLUGIN, encoding="utf-8")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "runtime.yaml").write_text(
+        RUNTIME_ON_A + f"plugins: [{str(plugin)!r}]\n", encoding="utf-8"
+    )
+    rules = [
+        {"when": {"tool_result": False}, "tool_calls": [call("where_am_i")]},
+        {"when": {"tool_result": True}, "text": "{last_tool_result}"},
+    ]
+    write_persona(home, "roamer", scripted(rules, placement={"resources": {"node_b": 0.01}}))
+    second = Runtime.start(home=home)
+    try:
+        assert second.plugins.runtime_env is not None
+        [uri] = second.plugins.runtime_env["py_modules"]
+        assert uri.startswith("gcs://")
+        plugin.unlink()
+        folder.rmdir()
+        reply = second.ask("roamer", "where?", timeout=120)
+        assert reply.status == "ok", reply.error
+        node, file = reply.text.split(" ", 1)
+        assert node == nodes.worker.node_id != nodes.head
+        assert "runtime_resources" in file and str(folder) not in file
+    finally:
+        second.shutdown()
+
+
 def test_losing_a_node_fails_its_persona_until_a_node_like_it_joins(
     rt: Runtime, nodes: Nodes
 ) -> None:
