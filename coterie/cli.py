@@ -52,7 +52,50 @@ def _print_error(message: str) -> None:
     err_console.print(f"error: {message}", style="red", markup=False, highlight=False)
 
 
+def _local_plugins(home: Path) -> Any:
+    """The plugins a runtime started from here would load, loaded in this
+    process (what ``/v1/status`` reports of a running one): persona files
+    naming their providers read only once they are."""
+    from coterie.runtime.config import load_settings
+    from coterie.runtime.plugins import plugin_set
+    from coterie.tools import builtin_registry
+
+    described, _, _ = plugin_set(
+        home, load_settings(home).plugins, taken=builtin_registry().names()
+    )
+    return described
+
+
+def _plugin_column(home: Path, name: str, plugins: Any) -> str:
+    """A persona's plugin tools (tool (plugin)) and the tools it misses."""
+    from coterie.runtime.plugins.report import tools_of_persona
+
+    try:
+        persona = load_persona_dir(home / "personas" / name, name)
+    except PersonaConfigError:
+        return ""
+    found = tools_of_persona(
+        persona.config.tools,
+        persona.path,
+        builtin=plugins.builtin_tools,
+        plugin_tools=plugins.tool_plugins,
+        problems=plugins.problems,
+    )
+    parts = [f"{tool} ({plugin})" for tool, plugin in found.plugin_tools.items()]
+    parts += [f"missing: {tool}" for tool in found.missing]
+    return ", ".join(parts)
+
+
+def _print_plugin_problems(plugins: Any) -> None:
+    for problem in plugins.problems:
+        err_console.print(
+            f"plugin problem: {problem}", style="yellow", markup=False, highlight=False
+        )
+
+
 def cmd_personas(args: argparse.Namespace) -> int:
+    from coterie.runtime.plugins import PluginSet
+
     home = resolve_home(args.home)
     server = _server(args)
     if server is not None:
@@ -62,27 +105,52 @@ def cmd_personas(args: argparse.Namespace) -> int:
             listed += page["personas"]
             if not page["personas"] or len(listed) >= page["total"]:
                 break
+        status = server.get("/v1/status")
+        plugins = PluginSet.model_validate(status.get("plugins", {}))
         print_table(
-            ["persona", "active", "description"],
-            [(p["name"], "yes" if p["active"] else "", p["description"]) for p in listed],
+            ["persona", "active", "description", "plugin tools"],
+            [
+                (
+                    p["name"],
+                    "yes" if p["active"] else "",
+                    p["description"],
+                    _plugin_column(home, p["name"], plugins),
+                )
+                for p in listed
+            ],
             title=f"personas in {home} (served at {server.state.url})",
         )
-        _print_memory_line(server.get("/v1/status").get("memory", {}))
+        _print_plugin_problems(plugins)
+        _print_memory_line(status.get("memory", {}))
         return 0
     names = persona_names(home)
     if not names:
         console.print(f"No personas in {home / 'personas'} — run `coterie demo` to install some.")
         _print_memory_line(_local_memory_status(home))
         return 0
+    plugins = _local_plugins(home)
     rows: list[tuple[str, ...]] = []
     for name in names:
         try:
             p = load_persona_dir(home / "personas" / name, name)
             model = p.config.model
-            rows.append((name, model.provider, model.name, p.config.description))
+            rows.append(
+                (
+                    name,
+                    model.provider,
+                    model.name,
+                    p.config.description,
+                    _plugin_column(home, name, plugins),
+                )
+            )
         except PersonaConfigError as exc:
-            rows.append((name, "invalid", "", str(exc).splitlines()[1].strip()))
-    print_table(["persona", "provider", "model", "description"], rows, title=f"personas in {home}")
+            rows.append((name, "invalid", "", str(exc).splitlines()[1].strip(), ""))
+    print_table(
+        ["persona", "provider", "model", "description", "plugin tools"],
+        rows,
+        title=f"personas in {home}",
+    )
+    _print_plugin_problems(plugins)
     _print_memory_line(_local_memory_status(home))
     return 0
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import scripted, write_persona
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -89,6 +91,33 @@ def test_personas_table(demo_home: Path) -> None:
         "planner": "scripted",
         "researcher": "scripted",
     }
+
+
+def test_personas_shows_plugin_tools_missing_tools_and_plugin_problems(tmp_path: Path) -> None:
+    weather = ROOT / "configs" / "plugins" / "weather.py"
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "broken_forecast.py").write_text("raise RuntimeError('no network')\n")
+    (tmp_path / "plugins" / "parrot.py").write_text(
+        "class Parrot:\n    async def request(self, r): ...\n    async def aclose(self): ...\n"
+        "MODELS = {'parrot': Parrot}\n"
+    )
+    plugins = [str(weather), "./plugins/broken_forecast.py", "./plugins/parrot.py"]
+    (tmp_path / "runtime.yaml").write_text(json.dumps({"plugins": plugins}))
+    write_persona(tmp_path, "fc", scripted(tools={"allow": ["weather", "forecast", "clock"]}))
+    write_persona(tmp_path, "parroting", {"model": {"provider": "parrot"}})
+    proc = coterie(tmp_path, "personas")
+    assert proc.returncode == 0, proc.stderr
+    rows = {
+        cells[0]: cells
+        for line in proc.stdout.splitlines()
+        if line.startswith("│")
+        for cells in [[cell.strip() for cell in line.split("│")[1:-1]]]
+        if cells[0]
+    }
+    assert rows["fc"][4].startswith(f"weather ({weather}), missing: forecast"), rows["fc"]
+    # A provider a plugin registers is known to the listing (it loaded the plugins).
+    assert rows["parroting"][1:3] == ["parrot", "parrot"]
+    assert "plugin problem: plugin ./plugins/broken_forecast.py: failed to import: " in proc.stderr
 
 
 def test_ask_and_chat(demo_home: Path) -> None:

@@ -18,9 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from coterie.runtime.context import TurnContext
+from coterie.runtime import TurnContext, tool
 from coterie.runtime.eval.task import Sample
-from coterie.runtime.tool import tool
 
 #: City -> (condition, temperature in °C).
 FORECASTS: dict[str, tuple[str, int]] = {
@@ -37,7 +36,7 @@ class WeatherArgs(BaseModel):
     unit: Literal["celsius", "fahrenheit"] = "celsius"
 
 
-@tool(effect=lambda args, ctx: args.city.lower())
+@tool(timeout=5)
 async def weather(args: WeatherArgs, ctx: TurnContext) -> str:
     """Today's forecast for a city: its condition and temperature."""
     found = FORECASTS.get(args.city.strip().lower())
