@@ -237,3 +237,47 @@ def test_a_served_code_persona_answers_and_shows_its_tools(tmp_path: Path) -> No
         assert "RuntimeError: no network" in hopeful["missing_tools"]["forecast"]
         answer = client.post("/v1/personas/weatherbot/messages", {"text": "Lima?"})
         assert answer["reply"]["text"] == "Lima: overcast, 18 °C"
+
+
+NEEDS_TOOLZ = """
+from pydantic import BaseModel
+from coterie.runtime.tool import tool
+
+REQUIRES = ["toolz"]
+
+class NoArgs(BaseModel):
+    pass
+
+@tool()
+async def toolz_here(args: NoArgs, ctx) -> str:
+    "Where toolz comes from, in the process that runs the tool."
+    import toolz  # not installed where the driver runs: Ray installs it for the actors
+
+    return toolz.__file__
+
+TOOLS = [toolz_here]
+"""
+
+
+def test_a_plugins_requirements_are_installed_by_ray_with_pip_on(tmp_path: Path) -> None:
+    with pytest.raises(ImportError):
+        import toolz  # noqa: F401 - the point: the driver's environment does not have it
+    home = tmp_path / "home"
+    (home / "plugins").mkdir(parents=True)
+    (home / "plugins" / "needs_toolz.py").write_text(NEEDS_TOOLZ)
+    plugins = {"load": ["./plugins/needs_toolz.py"], "entry_points": False, "pip": True}
+    (home / "runtime.yaml").write_text(yaml.safe_dump({"plugins": plugins}))
+    rules = [
+        {"when": {"tool_result": False}, "tool_calls": [{"name": "toolz_here"}]},
+        {"when": {"tool_result": True}, "text": "{last_tool_result}"},
+    ]
+    write_persona(home, "needy", scripted(rules))
+    runtime = Runtime.start(home=home)
+    try:
+        assert runtime.plugins.runtime_env is not None
+        assert runtime.plugins.runtime_env["pip"]["packages"] == ["toolz"]
+        reply = runtime.ask("needy", "where is toolz?", timeout=300)
+        assert reply.status == "ok", reply.error
+        assert reply.text.endswith("toolz/__init__.py") and "runtime_resources" in reply.text
+    finally:
+        runtime.shutdown()
