@@ -121,6 +121,23 @@ def test_a_broken_plugin_leaves_other_personas_alone_and_is_reported(rt: Runtime
     assert problem["cause"] == "failed to import: RuntimeError: no network"
 
 
+def test_permission_rules_name_plugin_tools_like_builtins(rt: Runtime) -> None:
+    deny = {"tool": "weather", "action": "deny", "reason": "no forecasts today"}
+    write_persona(
+        rt.home,
+        "guarded",
+        forecaster(tools={"allow": ["weather"]}, permissions={"rules": [deny]}),
+    )
+    reply = rt.ask("guarded", "Lisbon?")
+    assert reply.status == "ok", reply.error
+    assert "permission_denied" in reply.text and "no forecasts today" in reply.text
+    # A rule naming a plugin tool wrongly stops the persona, as for a built-in.
+    typo = {**deny, "tool": "weathr"}
+    write_persona(rt.home, "typo", forecaster(permissions={"rules": [typo]}))
+    with pytest.raises(PersonaConfigError, match=r"'weathr' names no tool \(did you mean weather"):
+        rt.ask("typo", "Lisbon?")
+
+
 def test_a_persona_defined_in_code_answers_and_is_evaluated(rt: Runtime, tmp_path: Path) -> None:
     rt.register(
         Persona(
