@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 from aiohttp import web
 
+from coterie.runtime.config import models as _config_models
 from coterie.runtime.context import TurnContext
+from coterie.runtime.models import plugins as _model_plugins
 from coterie.runtime.testing import turn_context
 
 
@@ -143,3 +146,17 @@ def owned_by(name: str, class_name: str) -> list[dict[str, Any]]:
         if a["ActorClassName"] == class_name
         and (a["OwnerAddress"]["IPAddress"], a["OwnerAddress"]["Port"]) == where
     ]
+
+
+@contextmanager
+def no_plugin_providers() -> Iterator[None]:
+    """No plugin model provider registered in this process while inside; the
+    ones registered before (by a runtime another test started) come back after."""
+    saved = dict(_model_plugins._PROVIDERS), dict(_config_models._PROVIDER_NAMES)
+    _model_plugins.forget_providers()
+    try:
+        yield
+    finally:
+        _model_plugins.forget_providers()
+        _model_plugins._PROVIDERS.update(saved[0])
+        _config_models._PROVIDER_NAMES.update(saved[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from coterie.runtime.config import (
     resolve_home,
 )
 from coterie.runtime.errors import PersonaConfigError, UnknownPersonaError
-from tests.helpers import scripted, write_persona
+from tests.helpers import no_plugin_providers, scripted, write_persona
 
 
 def test_home_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -128,3 +129,10 @@ def test_bundled_personas_install_and_load(tmp_path: Path) -> None:
     (tmp_path / "personas" / "planner" / "SOUL.md").write_text("mine", encoding="utf-8")
     assert install_personas(tmp_path, BUNDLED_PERSONAS) == []
     assert (tmp_path / "personas" / "planner" / "SOUL.md").read_text(encoding="utf-8") == "mine"
+
+
+@pytest.fixture(autouse=True)
+def _no_plugin_providers() -> Iterator[None]:
+    """Messages here name the plugin providers loaded: none, whatever ran before."""
+    with no_plugin_providers():
+        yield

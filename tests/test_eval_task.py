@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from coterie.runtime.eval.task import (
     load_task,
     parse_reducer,
 )
+from tests.helpers import no_plugin_providers
 
 FULL_TASK = """\
 name: arith.v1-demo
@@ -588,3 +590,10 @@ def test_function_dataset_errors(tmp_path: Path) -> None:
 def test_function_dataset_rejects_format(tmp_path: Path) -> None:
     path = task_file(tmp_path, dataset={"function": "m:f", "format": "csv"})
     assert problems_of(path) == ["dataset: 'format' applies to 'path' only"]
+
+
+@pytest.fixture(autouse=True)
+def _no_plugin_providers() -> Iterator[None]:
+    """Messages here name the plugin providers loaded: none, whatever ran before."""
+    with no_plugin_providers():
+        yield

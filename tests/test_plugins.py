@@ -22,7 +22,7 @@ from coterie.runtime.context import TurnContext
 from coterie.runtime.errors import ModelError, ModelTimeoutError, PersonaConfigError, PluginError
 from coterie.runtime.messages import ModelRequest, UserMessage
 from coterie.runtime.models import build_model
-from coterie.runtime.models.plugins import forget_providers, registered_providers
+from coterie.runtime.models.plugins import registered_providers
 from coterie.runtime.plugins import plugin_set
 from coterie.runtime.plugins.code import (
     code_tool_names,
@@ -34,7 +34,7 @@ from coterie.runtime.plugins.refs import discover
 from coterie.runtime.plugins.report import check_missing, tools_of_persona
 from coterie.runtime.tool import ToolDefinitionError, tool
 from coterie.tools import builtin_registry, registry_for
-from tests.helpers import make_ctx, scripted, write_persona
+from tests.helpers import make_ctx, no_plugin_providers, scripted, write_persona
 
 ROOT = Path(__file__).resolve().parent.parent
 WEATHER = ROOT / "configs" / "plugins" / "weather.py"
@@ -43,10 +43,10 @@ BUILTIN = builtin_registry().names()
 
 @pytest.fixture(autouse=True)
 def _no_providers() -> Iterator[None]:
-    """Each test starts with no plugin provider registered in this process."""
-    forget_providers()
-    yield
-    forget_providers()
+    """Each test starts with no plugin provider registered in this process
+    (and leaves those of other tests' runtimes as they were)."""
+    with no_plugin_providers():
+        yield
 
 
 def plugin_file(home: Path, name: str, source: str) -> str:

@@ -4,6 +4,7 @@ entry and field, the defaults, and writing the file back."""
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -21,6 +22,7 @@ from coterie.runtime.schedule.entries import (
     read_checklist,
     write_schedules,
 )
+from tests.helpers import no_plugin_providers
 
 FULL = """
 heartbeat:
@@ -244,3 +246,10 @@ def test_the_guides_example_file_loads(tmp_path: Path) -> None:
     # Every field of the schedule: section is on the page.
     for field in settings.schedule.model_fields:
         assert f"{field}:" in runtime_yaml, field
+
+
+@pytest.fixture(autouse=True)
+def _no_plugin_providers() -> Iterator[None]:
+    """Messages here name the plugin providers loaded: none, whatever ran before."""
+    with no_plugin_providers():
+        yield
