@@ -13,6 +13,7 @@ shut down for it and started again afterwards, as conftest starts it.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 import ray
 from ray.cluster_utils import Cluster
@@ -332,6 +334,24 @@ def test_a_plugin_only_the_driver_has_runs_on_the_other_node(
         node, file = reply.text.split(" ", 1)
         assert node == nodes.worker.node_id != nodes.head
         assert "runtime_resources" in file and str(folder) not in file
+        # Eval workers, one pair per node, get it the same way.
+        samples = [
+            {"id": f"s{i}", "input": "where?", "target": "runtime_resources"} for i in range(6)
+        ]
+        (tmp_path / "where.jsonl").write_text("\n".join(json.dumps(s) for s in samples))
+        task = {
+            "name": "where",
+            "dataset": {"path": "where.jsonl"},
+            "solver": {"persona": "roamer"},
+            "scorers": [{"type": "includes"}],
+        }
+        (tmp_path / "where.yaml").write_text(json.dumps(task))
+        report = second.eval(tmp_path / "where.yaml", run_id="where-1")
+        assert report.counts["ok"] == 6 and report.summaries[0].mean == 1.0
+        with duckdb.connect(str(home / "evals.duckdb"), read_only=True) as db:
+            rows = db.execute("select node, output from eval_samples").fetchall()
+        assert {node for node, _ in rows} == {nodes.head, nodes.worker.node_id}
+        assert all(output.split(" ", 1)[0] == node for node, output in rows)
     finally:
         second.shutdown()
 
