@@ -99,17 +99,22 @@ class EvalWorkerActor:
         # First: a solver's persona may name a plugin's model provider.
         loaded = load_here(plugins)
         setups = {name: SolverSetup.model_validate_json(data) for name, data in solvers.items()}
-        # The solvers defined in code bring their own tools.
-        own: list[ToolSpec] = []
-        for setup in setups.values():
+        plugin_tools = list(loaded.tools.values())
+        # A solver defined in code brings its own tools, for its samples only.
+        registries = {}
+        for key, setup in setups.items():
+            own: list[ToolSpec] = []
             if setup.persona_dir is not None:
-                own += load_code_tools(Path(setup.persona_dir), pickle.loads)[0]
+                own = load_code_tools(Path(setup.persona_dir), pickle.loads)[0]
+            if own:
+                registries[key] = registry_for(plugin_tools, own)
         self.scratch = Path(tempfile.mkdtemp(prefix="coterie-eval-"))
         audit = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
         memory = memory_backend(ray.get_actor(memory_actor, namespace=namespace))
         self.worker = SampleWorker(
             setups,
-            registry=registry_for(loaded.tools.values(), own),
+            registry=registry_for(plugin_tools),
+            registries=registries,
             scratch=self.scratch,
             audit=audit,
             settings=settings,

@@ -516,3 +516,48 @@ def test_tools_that_no_longer_load_are_named(tmp_path: Path) -> None:
     tools, [problem] = load_code_tools(directory, pickle.loads)
     assert tools == [] and problem.plugin == "code of persona p"
     assert "cannot load" in problem.cause
+
+
+def test_each_eval_solver_gets_its_own_code_tools(tmp_path: Path) -> None:
+    """A solver and a grader defined in code, each with a tool named ``same``:
+    each sample runs its own solver's."""
+    from coterie.runtime.config import PersonaConfig
+    from coterie.runtime.eval.task import Sample
+    from coterie.runtime.eval.worker import SampleJob, SampleWorker, SolverSetup
+
+    def answering(word: str):  # type: ignore[no-untyped-def]
+        @tool(name="same")
+        async def same(args: NoteArgs, ctx: TurnContext) -> str:
+            """Says which one it is."""
+            return word
+
+        return same
+
+    rules = [
+        {
+            "when": {"tool_result": False},
+            "tool_calls": [{"name": "same", "arguments": {"text": ""}}],
+        },
+        {"when": {"tool_result": True}, "text": "{last_tool_result}"},
+    ]
+    config = PersonaConfig.model_validate(scripted(rules, tools={"allow": ["same"]}))
+    setups = {key: SolverSetup(name=key.replace(":", "-"), config=config) for key in ("a", "b:c")}
+    worker = SampleWorker(
+        setups,
+        registry=builtin_registry(),
+        scratch=tmp_path / "scratch",
+        registries={
+            "a": registry_for([answering("solver's")]),
+            "b:c": registry_for([answering("grader's")]),
+        },
+    )
+
+    async def both() -> list[str]:
+        outputs = []
+        for key in setups:
+            job = SampleJob(run_id="r", sample=Sample(id="s", input="go"), epoch=1, solver=key)
+            outputs.append((await worker.run(job)).output)
+        await worker.aclose()
+        return outputs
+
+    assert asyncio.run(both()) == ["solver's", "grader's"]

@@ -29,7 +29,7 @@ import asyncio
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -130,9 +130,13 @@ class SampleWorker:
         node: str | None = None,
         model_factory: Callable[[SolverSetup], Model] | None = None,
         budget: BudgetService | None = None,
+        registries: Mapping[str, ToolRegistry] | None = None,
     ) -> None:
         self.solvers = solvers
         self.registry = registry
+        #: A solver's own registry (one defined in code has its own tools),
+        #: by solver key; the others use ``registry``.
+        self.registries = dict(registries or {})
         self.scratch = scratch
         self.audit: AuditSink = audit or NullAudit()
         self.settings = settings or RuntimeSettings()
@@ -192,7 +196,7 @@ class SampleWorker:
             runtime = PersonaRuntime(
                 persona,
                 model=model,
-                registry=self.registry,
+                registry=self.registries.get(job.solver, self.registry),
                 services=Services(
                     audit=_NoFlush(self.audit),
                     memory=self.memory(scope) if self.memory is not None else None,
