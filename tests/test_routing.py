@@ -248,6 +248,22 @@ async def test_concurrent_resolves_start_one_actor(home: Path) -> None:
     assert host.rosters == [[("ana", "ana's job"), ("bo", "bo's job")]]
 
 
+async def test_stopping_a_persona_stops_a_start_under_way_too(home: Path) -> None:
+    r, host = router(home)
+    host.gate = asyncio.Event()
+    waiter = asyncio.ensure_future(r.resolve("ana"))
+    await until(lambda: host.started == ["ana"])
+    stopping = asyncio.ensure_future(r.stop("ana"))
+    await asyncio.sleep(0)
+    host.gate.set()
+    old = await waiter
+    assert await stopping is True
+    # The actor that started from the old definition is gone; a new one comes.
+    assert host.stopped == [old.id] and old.shut_down and r.active() == []
+    assert (await r.resolve("ana")).id != old.id
+    assert await r.stop("bo") is False
+
+
 async def test_a_waiter_that_gives_up_does_not_cancel_the_start(home: Path) -> None:
     r, host = router(home)
     host.gate = asyncio.Event()

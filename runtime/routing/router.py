@@ -290,7 +290,15 @@ class Router(Generic[H]):
 
     async def stop(self, name: str) -> bool:
         """Shut down and stop persona ``name``'s actor (its definition changed,
-        or it is gone): its next message starts it anew. False when none runs."""
+        or it is gone): its next message starts it anew. A start under way is
+        waited for and stopped too (it may have read the old definition).
+        False when none runs."""
+        task = self._activating.get(name)
+        if task is not None:
+            try:
+                await asyncio.shield(task)
+            except Exception:  # boundary: a start that failed left nothing to stop
+                pass
         handle = self._actors.pop(name, None)
         if handle is None:
             return False
