@@ -135,7 +135,7 @@ def test_unknown_persona(rt: Runtime) -> None:
 def test_bad_persona_file(rt: Runtime) -> None:
     with pytest.raises(
         PersonaConfigError,
-        match=r"broken/persona.yaml[\s\S]*model.plugin.provider: Value error, expected one of",
+        match=r"broken/persona.yaml[\s\S]*model.plugin.provider: expected one of",
     ):
         rt.ask("broken", "hi")
 

@@ -59,7 +59,7 @@ def test_bare_yaml_off_is_read_as_off(tmp_path: Path) -> None:
     [
         (
             {"model": {"provider": "Gemini Pro", "name": "x"}},
-            "model.plugin.provider: Value error, expected one of scripted, openai, anthropic, "
+            "model.plugin.provider: expected one of scripted, openai, anthropic, "
             "the name of a provider a loaded plugin registers (loaded: none) or 'module:Class', "
             "got 'Gemini Pro'",
         ),

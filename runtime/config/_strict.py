@@ -31,6 +31,8 @@ def describe_error(err: dict[str, Any]) -> str:
         )
     elif err["type"] == "extra_forbidden":
         msg = "unknown field"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")  # a validator's own words
     return f"{loc}: {msg}"
 
 
