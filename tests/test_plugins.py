@@ -401,6 +401,31 @@ def test_a_provider_by_module_and_class_its_options_and_timeout(tmp_path: Path) 
         sys.modules.pop("prefix_by_path", None)
 
 
+def test_a_provider_that_answers_anything_but_a_response_fails_the_call(tmp_path: Path) -> None:
+    entry = plugin_file(
+        tmp_path,
+        "sloppy_provider",
+        """
+        class Sloppy:
+            def __init__(self, config):
+                pass
+
+            async def request(self, request):
+                return "just a string"
+
+            async def aclose(self):
+                pass
+
+        MODELS = {"sloppy": Sloppy}
+        """,
+    )
+    load(tmp_path, entry)
+    write_persona(tmp_path, "s", {"model": {"provider": "sloppy"}})
+    model = build_model(load_persona(tmp_path, "s").config.model)
+    with pytest.raises(ModelError, match="'sloppy' returned str, expected a ModelResponse"):
+        asyncio.run(model.request(_request("x")))
+
+
 # -- what a persona gets, and what it misses -------------------------------------
 
 
