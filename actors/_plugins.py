@@ -19,7 +19,7 @@ def load_here(plugins: PluginSet | None) -> Plugins:
     providers registered, so that persona files naming them are read)."""
     if plugins is None or not plugins.refs:
         return Plugins()
-    return plugins_here(plugins, builtin_names())
+    return plugins_here(plugins, plugins.builtin_tools)
 
 
 def env_options(plugins: PluginSet | None) -> dict[str, Any]:

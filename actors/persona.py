@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from coterie.actors._plugins import builtin_names, load_here
+from coterie.actors._plugins import load_here
 from coterie.actors._ray import (
     RayPersonaLink,
     audit_buffer_for,
@@ -81,15 +81,16 @@ def persona_registry(persona: Any, plugins: PluginSet | None) -> ToolRegistry:
     provides are logged (the router refused it under ``plugins.strict``)."""
     loaded = load_here(plugins)
     own, problems = load_code_tools(persona.path, pickle.loads)
+    registry = registry_for(loaded.tools.values(), own)
     found = tools_of_persona(
         persona.config.tools,
         persona.path,
-        builtin=builtin_names(),
+        builtin=registry.names(),
         plugin_tools=loaded.tool_plugins,
         problems=_unique([*(plugins.problems if plugins else []), *loaded.problems, *problems]),
     )
     check_missing(persona.name, found, strict=False)
-    return registry_for(loaded.tools.values(), own)
+    return registry
 
 
 def _scheduler(name: str | None, namespace: str) -> SchedulerService | None:

@@ -453,7 +453,7 @@ class Runtime:
         started by its first message on any node, listed, served, evaluated.
         A running persona of that name is stopped, so that its next message
         meets the new definition. Returns the runtime, to chain calls."""
-        persona.check_names([*builtin_names(), *self.plugins.tool_plugins])
+        persona.check_names([*self.plugins.builtin_tools, *self.plugins.tool_plugins])
         write_code_persona(self.home, persona, _dumps_by_value)
         self._run(self._stop_persona(persona.name))
         return self
@@ -494,7 +494,9 @@ class Runtime:
         options = RunOptions(persona=persona, model=model, limit=limit, epochs=epochs)
         store = open_store(self.home)
         try:
-            plan = plan_run(Path(task), self.home, store, options, run_id=run_id)
+            plan = plan_run(
+                Path(task), self.home, store, options, run_id=run_id, plugins=self.loaded_plugins
+            )
             self._run(execute(plan, self, store, workers=workers))
             return store.report(plan.run.run_id)
         finally:

@@ -138,10 +138,13 @@ def plan_run(
     options: RunOptions,
     *,
     run_id: str | None = None,
+    plugins: Plugins | None = None,
 ) -> RunPlan:
-    """A new run of the task file (recorded in ``store``)."""
+    """A new run of the task file (recorded in ``store``); ``plugins``: the
+    home's, when this process loaded them already (a runtime did)."""
     path = Path(task_path)
-    plugins = _plugins(home)  # first: the task may name a plugin's model provider
+    if plugins is None:  # first: the task may name a plugin's model provider
+        plugins = _plugins(home)
     task = _apply(load_task(path), options, str(path))
     samples = load_samples(task, limit=options.limit, loaders=_functions(plugins.datasets))
     if not samples:

@@ -23,28 +23,34 @@ from pydantic import BaseModel, ValidationError
 
 from coterie.runtime.config import PluginModelConfig
 from coterie.runtime.config._strict import describe_error
-from coterie.runtime.config.models import forget_provider_names, note_provider_name
+from coterie.runtime.config.models import (
+    forget_provider_names,
+    note_provider_name,
+    provider_names,
+)
 from coterie.runtime.errors import ModelError, ModelTimeoutError
 from coterie.runtime.messages import ModelRequest, ModelResponse
 from coterie.runtime.models.base import Model, TextSink
 
-#: Short name -> (provider class, the plugin that registered it).
-_PROVIDERS: dict[str, tuple[type, str]] = {}
+#: Short name -> provider class (the plugin that registered each is noted
+#: in the configuration's list of names, which persona files are read against).
+_PROVIDERS: dict[str, type] = {}
 
 
 def register_provider(name: str, cls: type, plugin: str) -> None:
     """Make ``provider: name`` build ``cls`` in this process; a name taken by
     another plugin raises ValueError naming it."""
     current = _PROVIDERS.get(name)
-    if current is not None and current[0] is not cls:
-        raise ValueError(f"a model provider named {name!r} is already registered by {current[1]}")
-    _PROVIDERS[name] = (cls, plugin)
+    if current is not None and current is not cls:
+        owner = provider_names().get(name, "another plugin")
+        raise ValueError(f"a model provider named {name!r} is already registered by {owner}")
+    _PROVIDERS[name] = cls
     note_provider_name(name, plugin)
 
 
 def registered_providers() -> dict[str, str]:
     """The short names registered in this process, and their plugins."""
-    return {name: plugin for name, (_, plugin) in sorted(_PROVIDERS.items())}
+    return provider_names()
 
 
 def forget_providers() -> None:
@@ -64,7 +70,7 @@ def provider_class(provider: str) -> type:
                 f"no plugin provides the model provider {provider!r} (plugin providers loaded "
                 f"here: {known}); name it in runtime.yaml's plugins, or write 'module:Class'"
             )
-        return found[0]
+        return found
     module_name, _, attr = provider.partition(":")
     try:
         target: Any = importlib.import_module(module_name)

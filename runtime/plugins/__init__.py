@@ -52,10 +52,6 @@ class PluginSet(BaseModel):
     #: The runtime environment of the actors (None: nothing to ship).
     runtime_env: dict[str, Any] | None = None
 
-    @property
-    def empty(self) -> bool:
-        return not self.refs and not self.problems
-
 
 def plugin_set(
     home: Path, settings: PluginSettings, *, taken: list[str]

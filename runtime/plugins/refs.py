@@ -13,6 +13,7 @@ itself are expected on every node.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -78,6 +79,7 @@ class Discovery(BaseModel):
     problems: list[PluginProblem] = Field(default_factory=list)
 
 
+@functools.cache
 def _installed_roots() -> list[Path]:
     """Where the Python installation keeps modules (not shipped)."""
     roots = set()
@@ -90,6 +92,7 @@ def _installed_roots() -> list[Path]:
     return sorted(roots)
 
 
+@functools.cache
 def _coterie_roots() -> list[Path]:
     """The folders of coterie's own packages (found, not imported)."""
     roots = []
