@@ -9,6 +9,7 @@ through their TypeAdapter: several times cheaper than pickling the objects.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -36,6 +37,7 @@ from coterie.actors.mcp import RayMcpClients
 from coterie.actors.scheduler import scheduler_service
 from coterie.actors.shell import ShellProcesses
 from coterie.actors.subagent import RaySubagents
+from coterie.runtime import tracing
 from coterie.runtime.audit.loader import ConversationLoader
 from coterie.runtime.config import RuntimeSettings, load_persona
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
@@ -123,6 +125,15 @@ class PersonaActor:
         plugins: PluginSet | None = None,
     ) -> None:
         load_here(plugins)  # first: persona.yaml may name a plugin's model provider
+        # Once per process; a no-op tracer (no SDK imported) unless tracing is on.
+        tracing.setup(
+            settings.tracing,
+            process="persona",
+            attributes={
+                "coterie.persona": name,
+                "coterie.node.id": ray.get_runtime_context().get_node_id(),
+            },
+        )
         persona = load_persona(Path(home), name)
         self._audit_handle = ray.get_actor(audit_actor, namespace=namespace)
         # One spool per persona on local disk: a restarted actor resends what
@@ -298,6 +309,9 @@ class PersonaActor:
 
     async def flush(self) -> int:
         await self.buffer.flush()
+        traced = tracing.tracer()
+        if traced.enabled:  # its batched spans too (on a thread: the export blocks)
+            await asyncio.to_thread(traced.flush)
         return self.buffer.events_sent
 
     async def stats(self) -> dict[str, Any]:
@@ -326,6 +340,7 @@ class PersonaActor:
             await self.watcher.aclose()
         await self.runtime.aclose()
         await self.buffer.aclose()
+        await asyncio.to_thread(tracing.tracer().shutdown)
 
 
 PersonaActorRemote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(PersonaActor)

@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from coterie.actors._plugins import env_options, load_here
 from coterie.actors._ray import RayPersonaLink, audit_buffer_for, remote
+from coterie.runtime import tracing
 from coterie.runtime.delegation import SubagentRequest, SubagentRun, Work, WorkOutcome
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.plugins import PluginSet
@@ -65,6 +66,7 @@ class SubagentActor:
         if self.current is not None:
             raise RuntimeError("a Subagent actor runs one task only")
         request = SubagentRequest.model_validate_json(data)
+        traced = tracing.setup(request.settings.tracing, process="subagent")
         self.current = SubagentRun(
             request,
             model=build_model_or_unavailable(request.model),
@@ -78,6 +80,8 @@ class SubagentActor:
             outcome = await self.task
         finally:
             await self.current.aclose()
+            if traced.enabled:  # killed once it has reported: its spans go first
+                await asyncio.to_thread(traced.flush)
         return outcome.model_dump_json()
 
     def _registry_for(self, request: SubagentRequest) -> ToolRegistry:

@@ -50,6 +50,7 @@ from coterie.actors.router import (
 )
 from coterie.actors.scheduler import get_or_create_scheduler
 from coterie.holder import clear_holder, home_in_use, is_lock_conflict, record_holder
+from coterie.runtime import tracing
 from coterie.runtime.audit import QueryResult
 from coterie.runtime.config import (
     RuntimeSettings,
@@ -57,6 +58,7 @@ from coterie.runtime.config import (
     persona_exists,
     persona_names,
     resolve_home,
+    with_tracing_resolved,
 )
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.errors import (
@@ -162,7 +164,10 @@ class Runtime:
         self.id = runtime_id(home)
         self._owns_ray = owns_ray
         self.detached = detached
-        self.settings = settings or load_settings(home)
+        # Tracing resolved here, against this process's environment: every
+        # actor is handed the same endpoint, whatever its node's environment.
+        self.settings = with_tracing_resolved(settings or load_settings(home), os.environ)
+        tracing.setup(self.settings.tracing, process="driver")
         placement = self.settings.placement
         pinned = [
             (placement.router, "the router"),

@@ -58,6 +58,8 @@ from coterie.runtime.models.base import Model, StreamingModel
 from coterie.runtime.models.windows import window_of
 from coterie.runtime.runner import ToolOutcome, ToolRunner, error_result
 from coterie.runtime.tool import ToolRegistry, ToolSource, ToolSpec
+from coterie.runtime.tracing import active
+from coterie.runtime.tracing.spans import finish_chat, start_chat
 from coterie.runtime.usage.budget import BudgetGuard
 from coterie.runtime.usage.prices import PriceTable
 from coterie.runtime.usage.tokens import Anchor, TokenEstimator
@@ -473,38 +475,52 @@ class TurnLoop:
                 )
             )
             raise
-        started = time.perf_counter()
-        try:
-            response: ModelResponse = await self._request(model, ctx, request)
-        except BaseException as exc:
-            await self._settle(ctx, ticket, None)
-            if isinstance(exc, ModelError):
-                # A refused request is not billed: 0 for a priced model, still
-                # unknown for one without a price.
-                self._record_call(
-                    model,
-                    ctx,
-                    result,
-                    request,
-                    started,
-                    error=str(exc),
-                    cost=self.prices.cost(model.provider, model.name, Usage()),
-                    estimated=estimated,
-                    purpose=purpose,
-                )
-            raise
-        cost = self.prices.cost(response.provider, response.model, response.usage)
-        self._record_call(
-            model,
-            ctx,
-            result,
-            request,
-            started,
-            response=response,
-            cost=cost,
-            estimated=estimated,
+        span = start_chat(
+            provider=model.provider,
+            model=model.name,
+            max_tokens=request.max_tokens,
+            step=result.steps,
             purpose=purpose,
+            billed_to=ctx.billed_to,
         )
+        started = time.perf_counter()
+        with active(span):  # the model_call row carries the span's ids
+            try:
+                response: ModelResponse = await self._request(model, ctx, request)
+            except BaseException as exc:
+                await self._settle(ctx, ticket, None)
+                cost = None
+                if isinstance(exc, ModelError):
+                    # A refused request is not billed: 0 for a priced model, still
+                    # unknown for one without a price.
+                    cost = self.prices.cost(model.provider, model.name, Usage())
+                    self._record_call(
+                        model,
+                        ctx,
+                        result,
+                        request,
+                        started,
+                        error=str(exc),
+                        cost=cost,
+                        estimated=estimated,
+                        purpose=purpose,
+                    )
+                latency = (time.perf_counter() - started) * 1000
+                finish_chat(span, cost=cost, latency_ms=latency, error=exc)
+                raise
+            cost = self.prices.cost(response.provider, response.model, response.usage)
+            latency = self._record_call(
+                model,
+                ctx,
+                result,
+                request,
+                started,
+                response=response,
+                cost=cost,
+                estimated=estimated,
+                purpose=purpose,
+            )
+        finish_chat(span, response=response, cost=cost, latency_ms=latency)
         await self._settle(ctx, ticket, cost)
         return response
 
@@ -693,8 +709,10 @@ class TurnLoop:
         cost: float | None = None,
         estimated: int | None = None,
         purpose: CallPurpose = "turn",
-    ) -> None:
+    ) -> float:
+        """Record the call; its latency (milliseconds)."""
         usage = response.usage if response else None
+        latency = (time.perf_counter() - started) * 1000
         ctx.audit.record(
             ModelCalled(
                 persona=ctx.persona,
@@ -703,7 +721,7 @@ class TurnLoop:
                 provider=response.provider if response else model.provider,
                 model=response.model if response else model.name,
                 step=result.steps,
-                latency_ms=(time.perf_counter() - started) * 1000,
+                latency_ms=latency,
                 input_tokens=usage.input_tokens if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,
                 cache_read_tokens=usage.cache_read_tokens if usage else 0,
@@ -721,6 +739,7 @@ class TurnLoop:
                 error=error,
             )
         )
+        return latency
 
     def _append(self, ctx: TurnContext, result: TurnResult, message: ChatMessage) -> None:
         ctx.conversation.history.append(message)

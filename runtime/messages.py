@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from coterie.runtime import tracing
+
 # Ids take their randomness from ``os.urandom``, as ``uuid.uuid4`` does, but
 # 4 KiB at a time: a turn makes about ten ids (one per audit row), and each
 # ``os.urandom`` call lets go of the GIL, which in a busy actor process meant
@@ -305,6 +307,9 @@ class MessageEnvelope(_Model):
     schedule: ScheduleTurn | None = None
     # An approval answered after a restart: the turn it paused goes on.
     resume: ResumeCall | None = None
+    # The trace context of the span that sent it (W3C trace-context fields;
+    # None when nothing traces): the turn that answers is its child.
+    trace: dict[str, str] | None = Field(default_factory=tracing.carrier)
 
     def expired(self, at: float | None = None) -> bool:
         """Whether the deadline has passed (at ``at``, default now)."""

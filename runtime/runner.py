@@ -32,6 +32,8 @@ from coterie.runtime.context import TurnContext
 from coterie.runtime.errors import ToolError
 from coterie.runtime.messages import ToolCall, ToolCalled, ToolFinished
 from coterie.runtime.tool import Deferred, ToolSpec
+from coterie.runtime.tracing import active
+from coterie.runtime.tracing.spans import finish_tool, start_tool
 
 log = logging.getLogger("coterie.tools")
 
@@ -174,6 +176,24 @@ class ToolRunner:
         self, call: ToolCall, ctx: TurnContext, tools: Mapping[str, ToolSpec]
     ) -> ToolOutcome:
         started = time.perf_counter()
+        span = start_tool(
+            name=call.name, call_id=call.id, arguments=call.arguments, redact=ctx.settings.redact
+        )
+        with active(span):
+            # Inside the span: its rows carry its ids, and what the tool sends
+            # (an ask_persona's envelope, a subagent's request) its context.
+            outcome = await self._traced(call, ctx, tools, started)
+        finish_tool(
+            span,
+            error_kind=outcome.error_kind,
+            duration_ms=outcome.duration_ms,
+            result=outcome.content,
+        )
+        return outcome
+
+    async def _traced(
+        self, call: ToolCall, ctx: TurnContext, tools: Mapping[str, ToolSpec], started: float
+    ) -> ToolOutcome:
         ctx.audit.record(
             ToolCalled(
                 persona=ctx.persona,

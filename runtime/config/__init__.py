@@ -78,6 +78,7 @@ from coterie.runtime.config.settings import (
     SkillSettings,
     WebSettings,
     load_settings,
+    with_tracing_resolved,
 )
 from coterie.runtime.config.usage import (
     BudgetSettings,
@@ -85,6 +86,7 @@ from coterie.runtime.config.usage import (
     ModelPrice,
     merged_compaction,
 )
+from coterie.runtime.tracing.settings import TracingSettings
 
 __all__ = [
     "PERSONA_NAME_RE",
@@ -120,6 +122,7 @@ __all__ = [
     "TelegramSettings",
     "ThinkingMode",
     "ToolFilter",
+    "TracingSettings",
     "WebSettings",
     "check_persona_name",
     "describe_entry_error",
@@ -134,4 +137,5 @@ __all__ = [
     "read_json_config",
     "resolve_home",
     "runtime_timezone",
+    "with_tracing_resolved",
 ]

@@ -6,12 +6,14 @@ Every field is optional. Sections: ``memory`` (long-term recall), ``web``
 reminders), ``skills`` (the prompt's list of skills), ``placement`` (the
 runtime's own actors), ``permissions`` (every persona's default rules, see
 :mod:`~coterie.runtime.config.permissions`), ``plugins`` (see
-:mod:`~coterie.runtime.config.plugins`), and ``compaction``, ``budget``
+:mod:`~coterie.runtime.config.plugins`), ``tracing`` (see
+:mod:`~coterie.runtime.tracing.settings`), and ``compaction``, ``budget``
 and ``prices`` (see :mod:`~coterie.runtime.config.usage`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -25,6 +27,7 @@ from coterie.runtime.config.placement import RuntimePlacement
 from coterie.runtime.config.plugins import PluginSettings
 from coterie.runtime.config.usage import BudgetSettings, CompactionSettings, ModelPrice
 from coterie.runtime.errors import ConfigError
+from coterie.runtime.tracing.settings import TracingSettings
 
 
 class MemorySettings(Strict):
@@ -222,6 +225,10 @@ class RuntimeSettings(Strict):
         description="US dollars per million tokens by model name or pattern (``*``, ``?``); "
         "these win over the defaults",
     )
+    tracing: TracingSettings = Field(
+        default_factory=lambda: TracingSettings(),
+        description="OpenTelemetry traces over OTLP (see the guide's Watching it run)",
+    )
 
     @field_validator("prices")
     @classmethod
@@ -230,6 +237,19 @@ class RuntimeSettings(Strict):
             if not key.strip():
                 raise ValueError("a model name or pattern is empty")
         return value
+
+
+def with_tracing_resolved(settings: RuntimeSettings, environ: Mapping[str, str]) -> RuntimeSettings:
+    """``settings`` with ``tracing`` resolved against ``environ`` (the
+    starting process's): what every actor is handed. ConfigError names a
+    standard variable whose value is not usable."""
+    if settings.tracing.enabled is False:
+        return settings
+    try:
+        tracing = settings.tracing.resolved(environ)
+    except ValueError as exc:
+        raise ConfigError(f"tracing: {exc}") from None
+    return settings.model_copy(update={"tracing": tracing})
 
 
 def load_settings(home: Path) -> RuntimeSettings:
@@ -255,4 +275,5 @@ __all__ = [
     "SkillSettings",
     "WebSettings",
     "load_settings",
+    "with_tracing_resolved",
 ]

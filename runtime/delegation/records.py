@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coterie.runtime import tracing
 from coterie.runtime.config import (
     ModelConfig,
     NetworkSettings,
@@ -83,6 +84,8 @@ class SubagentRequest(BaseModel):
     home: str | None = None
     spill_dir: str
     hidden: dict[str, str] = Field(default_factory=dict)
+    #: The trace context of the tool call that spawned it: its run is a child span.
+    trace: dict[str, str] | None = Field(default_factory=tracing.carrier)
     settings: RuntimeSettings = Field(default_factory=RuntimeSettings)
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     cluster_addresses: list[str] = Field(default_factory=list)

@@ -68,6 +68,9 @@ from coterie.runtime.services import (
     Services,
 )
 from coterie.runtime.tool import Deferred, ToolRegistry, ToolSpec, matches_any
+from coterie.runtime.tracing import active
+from coterie.runtime.tracing import genai as g
+from coterie.runtime.tracing.spans import finish_turn, start_turn
 from coterie.runtime.usage.prices import PriceTable
 
 SUBAGENT_PROMPT = """\
@@ -196,7 +199,29 @@ class SubagentRun:
         self.audit.record(event)
 
     async def run(self) -> WorkOutcome:
-        """Run the task to its end; the outcome the parent's wake reports."""
+        """Run the task to its end; the outcome the parent's wake reports.
+
+        An ``invoke_agent`` span, a child of the ``spawn_subagent`` call's."""
+        request = self.request
+        span = start_turn(
+            persona=request.persona,
+            conversation_id=request.handle,
+            turn_id=self.turn_id,
+            context="subagent",
+            parent=request.trace,
+            attributes={g.AGENT_ID: request.handle},
+        )
+        with active(span):
+            try:
+                outcome = await self._run()
+            except BaseException as exc:
+                finish_turn(span, status="error", steps=0, error=exc)
+                raise
+        steps, _, _ = _count(self.conversation.history)
+        finish_turn(span, status=outcome.status, steps=steps, error=outcome.error)
+        return outcome
+
+    async def _run(self) -> WorkOutcome:
         request = self.request
         self._record(
             TurnStarted(

@@ -59,6 +59,9 @@ from coterie.runtime.services import AuditSink, Services
 from coterie.runtime.shell.env import secrets_to_hide
 from coterie.runtime.skills import SkillCatalog, SkillPrompt, SkillSet
 from coterie.runtime.tool import matches_any
+from coterie.runtime.tracing import active
+from coterie.runtime.tracing import genai as g
+from coterie.runtime.tracing.spans import finish_turn, start_turn
 
 log = logging.getLogger("coterie.persona")
 
@@ -192,9 +195,38 @@ class TurnBuilder:
         )
 
     async def run(self, batch: Batch) -> tuple[TurnResult, str]:
-        """Run the turn that answers ``batch``: how it ended, and its id."""
-        conversation = batch.conversation
+        """Run the turn that answers ``batch``: how it ended, and its id.
+
+        The turn is an ``invoke_agent`` span, a child of the span that sent
+        its first message (another persona's ``ask_persona`` call, a
+        subagent's wake) or the first of a new trace."""
         turn_id = new_id("turn_")
+        first = batch.answers[0].envelope
+        fire = first.schedule
+        span = start_turn(
+            persona=self.persona.name,
+            conversation_id=batch.conversation.id,
+            turn_id=turn_id,
+            context=first.context,
+            parent=first.trace,
+            attributes={
+                g.SENDER: first.sender,
+                g.MESSAGE_IDS: [p.envelope.id for p in batch.answers],
+                g.SCHEDULE_KIND: fire.kind if fire else None,
+                g.SCHEDULE_NAME: fire.name if fire else None,
+            },
+        )
+        with active(span):
+            try:
+                result = await self._run(batch, turn_id)
+            except BaseException as exc:
+                finish_turn(span, status="error", steps=0, error=exc)
+                raise
+        finish_turn(span, status=result.status, steps=result.steps, error=None)
+        return result, turn_id
+
+    async def _run(self, batch: Batch, turn_id: str) -> TurnResult:
+        conversation = batch.conversation
         envelopes = [p.envelope for p in batch.answers]
         schedule = schedule_of(envelopes)
         await self.skills.refresh()
@@ -224,7 +256,7 @@ class TurnBuilder:
         if resumes and not resumed:
             # The conversation went on without the call: nothing to resume.
             self._record_end(ctx, started, "skipped", 0, None, False)
-            return TurnResult(text="", status="skipped"), turn_id
+            return TurnResult(text="", status="skipped")
         # Where this turn's own messages start (a compaction moves it).
         conversation.turn_start = len(conversation.history)
         for pending in batch.new:
@@ -264,7 +296,7 @@ class TurnBuilder:
         if not result.interrupted:  # else the next turn answers its messages, and ends the fire
             await self.scheduled.finish(envelopes, result.status, turn_id=turn_id)
         self._sweep_spills()
-        return result, turn_id
+        return result
 
     async def _complete_calls(self, ctx: TurnContext, resumes: dict[str, ResumeCall]) -> bool:
         """Give each call of the last assistant message without a result one:

@@ -1,0 +1,143 @@
+"""The three spans of a turn, started and finished with their GenAI attributes.
+
+Each ``start_*`` returns :data:`~coterie.runtime.tracing.NOOP` at once when
+the process does not trace, and each ``finish_*`` returns at once for it:
+with tracing off the loop pays a function call and an attribute read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from coterie.runtime.tracing import NOOP, ROOT, AttributeValue, Carrier, Span, tracer
+from coterie.runtime.tracing import genai as g
+
+
+def start_turn(
+    *,
+    persona: str,
+    conversation_id: str,
+    turn_id: str,
+    context: str,
+    parent: Carrier | None,
+    attributes: Mapping[str, AttributeValue | None] | None = None,
+) -> Span:
+    """An ``invoke_agent {persona}`` span: a child of ``parent`` (the
+    envelope's trace context), else the first span of a new trace."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    return active.start(
+        g.agent_span(persona),
+        parent=parent or ROOT,
+        attributes={
+            g.OPERATION: "invoke_agent",
+            g.AGENT_NAME: persona,
+            g.CONVERSATION: conversation_id,
+            g.TURN_ID: turn_id,
+            g.TURN_CONTEXT: context,
+            **(attributes or {}),
+        },
+    )
+
+
+def finish_turn(span: Span, *, status: str, steps: int, error: BaseException | str | None) -> None:
+    """End a turn's span with how the turn ended (``error``: what made it fail)."""
+    if not span.recording:
+        return
+    span.update({g.TURN_STATUS: status, g.TURN_STEPS: steps})
+    if isinstance(error, BaseException):
+        span.fail(type(error).__name__, str(error))
+    elif error is not None or status == "error":
+        span.fail("turn_error", error)
+    span.end()
+
+
+def start_chat(
+    *, provider: str, model: str, max_tokens: int, step: int, purpose: str, billed_to: str | None
+) -> Span:
+    """A ``chat {model}`` span (a child of the running turn's)."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    return active.start(
+        g.chat_span(model),
+        kind="client",
+        attributes={
+            g.OPERATION: "chat",
+            g.PROVIDER: provider,
+            g.REQUEST_MODEL: model,
+            g.REQUEST_MAX_TOKENS: max_tokens,
+            g.STEP: step,
+            g.PURPOSE: purpose,
+            g.BILLED_TO: billed_to,
+        },
+    )
+
+
+def finish_chat(
+    span: Span,
+    *,
+    response: Any = None,
+    cost: float | None,
+    latency_ms: float,
+    error: BaseException | None = None,
+) -> None:
+    """End a model call's span: the response's model, tokens and stop
+    reason (a :class:`~runtime.messages.ModelResponse`), its cost when the
+    model has a price, or the error that failed it."""
+    if not span.recording:
+        return
+    span.update({g.LATENCY_MS: round(latency_ms, 3), g.COST_USD: cost})
+    if response is not None:
+        usage = response.usage
+        span.update(
+            {
+                g.RESPONSE_MODEL: response.model,
+                g.INPUT_TOKENS: usage.input_tokens,
+                g.OUTPUT_TOKENS: usage.output_tokens,
+                g.CACHE_READ_TOKENS: usage.cache_read_tokens,
+                g.CACHE_WRITE_TOKENS: usage.cache_write_tokens,
+                g.FINISH_REASONS: [response.stop_reason] if response.stop_reason else None,
+            }
+        )
+    if error is not None:
+        span.fail(type(error).__name__, str(error))
+    span.end()
+
+
+def start_tool(*, name: str, call_id: str, arguments: Any, redact: Any) -> Span:
+    """An ``execute_tool {name}`` span (a child of the running turn's); the
+    arguments only under ``tracing.capture_content``, through ``redact``
+    (the turn's :meth:`~runtime.context.TurnSettings.redact`)."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    attributes: dict[str, AttributeValue | None] = {
+        g.OPERATION: "execute_tool",
+        g.TOOL_NAME: name,
+        g.TOOL_CALL_ID: call_id,
+        g.TOOL_TYPE: "function",
+    }
+    if active.capture_content:
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+        attributes[g.TOOL_ARGUMENTS] = redact(text)
+    return active.start(g.tool_span(name), attributes=attributes)
+
+
+def finish_tool(span: Span, *, error_kind: str | None, duration_ms: float, result: str) -> None:
+    """End a tool call's span: its duration, its error kind, and (under
+    ``capture_content``) its result, already redacted by the runner."""
+    if not span.recording:
+        return
+    span.set(g.DURATION_MS, round(duration_ms, 3))
+    if tracer().capture_content:
+        span.set(g.TOOL_RESULT, result)
+    if error_kind is not None:
+        span.fail(error_kind)
+    span.end()
+
+
+__all__ = ["finish_chat", "finish_tool", "finish_turn", "start_chat", "start_tool", "start_turn"]

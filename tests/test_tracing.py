@@ -1,0 +1,168 @@
+"""Traces of turns (runtime.tracing): spans, their structure and attributes,
+the trace context an envelope carries, the settings, and tracing off."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from coterie.runtime import tracing
+from coterie.runtime.config import RuntimeSettings, TracingSettings, with_tracing_resolved
+from coterie.runtime.errors import ConfigError
+from coterie.runtime.messages import AssistantMessage, MessageEnvelope
+from coterie.runtime.models.scripted import ScriptedModel, tool_call
+from coterie.runtime.tracing.otel import OtelTracer
+from tests.test_personas_hub import build, results
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer(
+        TracingSettings(enabled=True, service_name="t", capture_content=True),
+        process="test",
+        attributes={},
+        exporter=exporter,
+    )
+    old = tracing.install(tracer)
+    try:
+        yield exporter
+    finally:
+        tracing.install(old)
+        tracer.shutdown()
+
+
+def test_off_by_default_and_nothing_of_the_sdk_is_imported() -> None:
+    code = (
+        "import sys\n"
+        "from coterie.runtime import tracing\n"
+        "from coterie.runtime.config import TracingSettings\n"
+        "import coterie.runtime.persona, coterie.runtime.loop\n"
+        "t = tracing.setup(TracingSettings().resolved({}), process='x')\n"
+        "assert not t.enabled\n"
+        "assert tracing.tracer().start('a') is tracing.NOOP\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_settings_from_the_standard_variables() -> None:
+    off = TracingSettings().resolved({})
+    assert off.enabled is False
+    on = TracingSettings().resolved(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/",
+            "OTEL_SERVICE_NAME": "ops",
+            "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20k,x-team=a",
+        }
+    )
+    assert on.enabled is True
+    assert on.endpoint == "http://collector:4318/v1/traces"
+    assert on.service_name == "ops"
+    assert on.headers == {"authorization": "Bearer k", "x-team": "a"}
+    # The traces variable is taken as it is; the file's own values win.
+    mine = TracingSettings(endpoint="https://mine:4318/v1/traces", service_name="me").resolved(
+        {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://other:1/v1/traces"}
+    )
+    assert (mine.endpoint, mine.service_name) == ("https://mine:4318/v1/traces", "me")
+    # enabled: false and OTEL_SDK_DISABLED win over an endpoint.
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}
+    assert TracingSettings(enabled=False).resolved(env).enabled is False
+    assert (
+        TracingSettings(enabled=True).resolved({**env, "OTEL_SDK_DISABLED": "true"}).enabled
+        is False
+    )
+    # Enabled without an endpoint anywhere: a receiver on this machine.
+    assert TracingSettings(enabled=True).resolved({}).endpoint == "http://localhost:4318/v1/traces"
+
+
+def test_bad_settings_name_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="endpoint: 'collector:4318' is not an http"):
+        TracingSettings(endpoint="collector:4318")
+    with pytest.raises(ValueError, match="is not a header name"):
+        TracingSettings(headers={"bad name": "x"})
+    with pytest.raises(ConfigError, match="tracing: OTEL_EXPORTER_OTLP_ENDPOINT: 'nope'"):
+        with_tracing_resolved(RuntimeSettings(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "nope"})
+    with pytest.raises(ValueError, match=r"tracing\.bogus"):
+        RuntimeSettings.model_validate({"tracing": {"bogus": 1}})
+
+
+async def test_an_ask_chain_is_one_trace(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    a = ScriptedModel(
+        [
+            AssistantMessage(
+                tool_calls=[tool_call("ask_persona", {"persona": "b", "text": "sum?"})]
+            ),
+            "a done",
+        ]
+    )
+    b = ScriptedModel(
+        [AssistantMessage(tool_calls=[tool_call("calculate", {"expression": "2+3"})]), "five"]
+    )
+    hub = build(tmp_path, {"a": a, "b": b})
+    reply = await hub.personas["a"].handle(
+        MessageEnvelope(recipient="a", conversation_id="a:t", text="go")
+    )
+    assert reply.text == "a done"
+    assert results(a)[-1].content == "five"
+    tracing.tracer().flush()
+    finished = spans.get_finished_spans()
+    by_name = {s.name: s for s in finished}
+    assert sorted(by_name) == sorted(
+        [
+            "invoke_agent a",
+            "chat scripted",
+            "execute_tool ask_persona",
+            "invoke_agent b",
+            "execute_tool calculate",
+        ]
+    )
+    assert len({s.context.trace_id for s in finished}) == 1
+    parent = {s.name: s.parent.span_id if s.parent else None for s in finished}
+    ids = {s.name: s.context.span_id for s in finished}
+    assert parent["invoke_agent a"] is None
+    assert parent["execute_tool ask_persona"] == ids["invoke_agent a"]
+    # The callee's turn is a child of the call that asked.
+    assert parent["invoke_agent b"] == ids["execute_tool ask_persona"]
+    assert parent["execute_tool calculate"] == ids["invoke_agent b"]
+    chats = [s for s in finished if s.name == "chat scripted"]
+    assert len(chats) == 4
+    assert {c.parent.span_id for c in chats if c.parent} == {
+        ids["invoke_agent a"],
+        ids["invoke_agent b"],
+    }
+    turn = by_name["invoke_agent b"].attributes
+    assert turn["gen_ai.operation.name"] == "invoke_agent"
+    assert turn["gen_ai.agent.name"] == "b"
+    assert turn["gen_ai.conversation.id"] == "b:inbox:a"
+    assert turn["coterie.turn.status"] == "ok"
+    assert turn["coterie.sender"] == "a"
+    calc = by_name["execute_tool calculate"].attributes
+    assert calc["gen_ai.tool.name"] == "calculate"
+    assert '"2+3"' in calc["gen_ai.tool.call.arguments"]
+    assert calc["gen_ai.tool.call.result"] == "5"
+    chat = chats[0].attributes
+    assert chat["gen_ai.operation.name"] == "chat"
+    assert chat["gen_ai.provider.name"] == "scripted"
+    assert chat["gen_ai.usage.input_tokens"] >= 0
+    assert "gen_ai.usage.output_tokens" in chat
+
+
+async def test_a_failed_tool_marks_its_span(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    a = ScriptedModel([AssistantMessage(tool_calls=[tool_call("calculate", {"expr": "1"})]), "ok"])
+    hub = build(tmp_path, {"a": a})
+    await hub.personas["a"].handle(MessageEnvelope(recipient="a", conversation_id="a:t", text="x"))
+    tracing.tracer().flush()
+    (tool,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool calculate"]
+    assert tool.status.is_ok is False
+    assert tool.attributes["error.type"] == "invalid_arguments"
+
+
+def test_an_envelope_outside_a_span_carries_nothing() -> None:
+    assert MessageEnvelope(recipient="a", conversation_id="c", text="t").trace is None
