@@ -27,7 +27,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from coterie.runtime.tracing.settings import TracingSettings
@@ -174,13 +174,6 @@ def ids() -> tuple[str | None, str | None]:
     return span.trace_id, span.span_id
 
 
-def attribute(value: Any) -> AttributeValue:
-    """``value`` as an attribute value OpenTelemetry accepts (str otherwise)."""
-    if isinstance(value, str | bool | int | float):
-        return value
-    return str(value)
-
-
 __all__ = [
     "NOOP",
     "ROOT",
@@ -189,7 +182,6 @@ __all__ = [
     "Span",
     "Tracer",
     "active",
-    "attribute",
     "carrier",
     "current",
     "ids",
