@@ -12,6 +12,8 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from coterie.runtime import tracing
+from coterie.runtime.audit import AuditBuffer, AuditWriter
+from coterie.runtime.audit.spool import read_spool
 from coterie.runtime.config import RuntimeSettings, TracingSettings, with_tracing_resolved
 from coterie.runtime.errors import ConfigError
 from coterie.runtime.messages import AssistantMessage, MessageEnvelope
@@ -166,3 +168,48 @@ async def test_a_failed_tool_marks_its_span(tmp_path: Path, spans: InMemorySpanE
 
 def test_an_envelope_outside_a_span_carries_nothing() -> None:
     assert MessageEnvelope(recipient="a", conversation_id="c", text="t").trace is None
+
+
+async def test_an_audit_row_carries_its_spans_ids(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """A turn's rows name the span they were recorded in, through the spool
+    and into DuckDB: one leads to the other."""
+    rx: list[dict[str, object]] = []
+
+    async def send(rows: list[dict[str, object]]) -> None:
+        rx.extend(rows)
+
+    spool = tmp_path / "spool.jsonl"
+    buf = AuditBuffer(send, replay=send, spool_path=spool, interval=60)
+    a = ScriptedModel(
+        [AssistantMessage(tool_calls=[tool_call("calculate", {"expression": "1+1"})]), "2"]
+    )
+    hub = build(tmp_path, {"a": a})
+    hub.personas["a"].services.audit = buf
+    await hub.personas["a"].handle(MessageEnvelope(recipient="a", conversation_id="a:t", text="x"))
+    # Written ahead: the spool holds every row with its span's ids.
+    spooled, _, bad = read_spool(spool)
+    assert bad == 0
+    await buf.flush()
+    await buf.aclose()
+    tracing.tracer().flush()
+    by_id = {format(s.context.span_id, "016x"): s for s in spans.get_finished_spans()}
+    (trace_id,) = {format(s.context.trace_id, "032x") for s in by_id.values()}
+    rows = {r["id"]: r for r in rx}
+    assert {r["id"]: (r["trace_id"], r["span_id"]) for r in spooled} == {
+        i: (r["trace_id"], r["span_id"]) for i, r in rows.items()
+    }
+    # Every row of the turn, from its start to its end, is in one of its spans.
+    assert rx and all(r["trace_id"] == trace_id for r in rx)
+    kinds = {r["kind"]: by_id[str(r["span_id"])].name for r in rx}
+    assert kinds["turn_started"] == kinds["turn_ended"] == "invoke_agent a"
+    assert kinds["model_call"] == "chat scripted"
+    assert kinds["tool_result"] == "execute_tool calculate"
+    with AuditWriter(tmp_path / "audit.duckdb") as w:
+        w.write_rows(list(rows.values()))
+        got = w.query(
+            "select trace_id, span_id from events where kind = 'model_call' order by seq"
+        ).rows
+    assert got and {row[0] for row in got} == {trace_id}
+    assert by_id[got[0][1]].name == "chat scripted"

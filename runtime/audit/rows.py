@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from coterie.runtime import tracing
 from coterie.runtime.messages import (
     ApprovalEvent,
     BudgetWarning,
@@ -60,6 +61,8 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "cost_usd",
     "context",
     "billed_to",
+    "trace_id",
+    "span_id",
 )
 
 #: The kinds of event a conversation is rebuilt from (``AuditWriter.conversation``):
@@ -89,15 +92,25 @@ def event_to_row(event: TurnEvent) -> Row:
 
     Columns that do not apply to the event's kind are ``None``; ``payload``
     holds the whole event as JSON, so nothing is lost by flattening.
+    ``trace_id`` and ``span_id`` are the span running as it is recorded (the
+    turn's, the model call's, the tool call's), so a row leads to its span.
     """
-    return event_row(event, new_uuid(), next(_seq), turn_event_adapter.dump_json(event).decode())
+    payload = turn_event_adapter.dump_json(event).decode()
+    return event_row(event, new_uuid(), next(_seq), payload, tracing.ids())
 
 
-def event_row(event: TurnEvent, row_id: str, seq: int, payload: str) -> Row:
+def event_row(
+    event: TurnEvent,
+    row_id: str,
+    seq: int,
+    payload: str,
+    trace: tuple[str | None, str | None] = (None, None),
+) -> Row:
     """The row of ``event``; ``payload`` is its JSON (the spool replays it verbatim)."""
     row: Row = dict.fromkeys(EVENT_COLUMNS)
     row["id"] = row_id
     row["seq"] = seq
+    row["trace_id"], row["span_id"] = trace
     row["ts"] = datetime.fromtimestamp(event.ts, UTC)
     row["kind"] = event.kind
     row["persona"] = event.persona

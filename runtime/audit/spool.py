@@ -16,15 +16,19 @@ from coterie.runtime.audit.rows import EVENT_COLUMNS, Row, event_row
 from coterie.runtime.errors import AuditSpoolInUseError
 from coterie.runtime.messages import turn_event_adapter
 
-# One spool line per row: its id and seq, then the event as recorded, verbatim
-# (the row's payload). Every other column derives from the event, so the line
-# is lossless, and writing it costs no JSON encoding: the payload already is
-# JSON (without raw newlines: JSON escapes them in strings).
+# One spool line per row: its id and seq, its span's ids when it was traced,
+# then the event as recorded, verbatim (the row's payload). Every other column
+# derives from the event, so the line is lossless, and writing it costs no JSON
+# encoding: the payload already is JSON (without raw newlines: JSON escapes
+# them in strings), the ids are hex.
 _EVENT_KEY = ',"event":'
 
 
 def spool_line(row: Row) -> bytes:
-    return f'{{"id":"{row["id"]}","seq":{row["seq"]}{_EVENT_KEY}{row["payload"]}}}\n'.encode()
+    trace_id, span_id = row["trace_id"], row["span_id"]
+    trace = f',"trace":"{trace_id}/{span_id}"' if trace_id and span_id else ""
+    head = f'{{"id":"{row["id"]}","seq":{row["seq"]}{trace}'
+    return f"{head}{_EVENT_KEY}{row['payload']}}}\n".encode()
 
 
 def _spool_row(line: bytes) -> Row:
@@ -36,16 +40,18 @@ def _spool_row(line: bytes) -> Row:
     row_id, seq, payload = meta.get("id"), meta.get("seq"), rest[:-1]
     if not isinstance(row_id, str) or not isinstance(seq, int):
         raise ValueError("spool line without id or seq")
+    trace_id, _, span_id = str(meta.get("trace") or "").partition("/")
+    trace = (trace_id or None, span_id or None)
     try:
         event = turn_event_adapter.validate_json(payload)
     except ValueError:
         # Written by another version of the event models: keep the event with
         # the columns every event has rather than lose it.
-        return _raw_row(row_id, seq, payload)
-    return event_row(event, row_id, seq, payload)
+        return _raw_row(row_id, seq, payload, trace)
+    return event_row(event, row_id, seq, payload, trace)
 
 
-def _raw_row(row_id: str, seq: int, payload: str) -> Row:
+def _raw_row(row_id: str, seq: int, payload: str, trace: tuple[str | None, str | None]) -> Row:
     data = json.loads(payload)
     row: Row = dict.fromkeys(EVENT_COLUMNS)
     try:
@@ -54,7 +60,7 @@ def _raw_row(row_id: str, seq: int, payload: str) -> Row:
             row[column] = str(data[column])
     except (KeyError, TypeError, OverflowError) as exc:
         raise ValueError(f"unreadable spooled event: {exc!r}") from exc
-    row.update(id=row_id, seq=seq, payload=payload)
+    row.update(id=row_id, seq=seq, payload=payload, trace_id=trace[0], span_id=trace[1])
     return row
 
 

@@ -72,6 +72,8 @@ def event_schema() -> pa.Schema:
             ("cost_usd", pa.float64()),
             ("context", pa.string()),
             ("billed_to", pa.string()),
+            ("trace_id", pa.string()),
+            ("span_id", pa.string()),
         ]
     )
     if tuple(schema.names) != EVENT_COLUMNS:
@@ -118,7 +120,9 @@ CREATE TABLE IF NOT EXISTS events (
     cache_write_tokens INTEGER,
     cost_usd DOUBLE,
     context VARCHAR,
-    billed_to VARCHAR
+    billed_to VARCHAR,
+    trace_id VARCHAR,
+    span_id VARCHAR
 );
 -- Files written before these columns existed get them (NULL in old rows).
 ALTER TABLE events ADD COLUMN IF NOT EXISTS cache_read_tokens INTEGER;
@@ -126,6 +130,8 @@ ALTER TABLE events ADD COLUMN IF NOT EXISTS cache_write_tokens INTEGER;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS cost_usd DOUBLE;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS context VARCHAR;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS billed_to VARCHAR;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS trace_id VARCHAR;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS span_id VARCHAR;
 -- Every approval a permission rule asked for, and where it stands: one row
 -- each, from its requested and decided events (an undecided one past its
 -- expiry reads expired).
