@@ -2,7 +2,8 @@
 
 ``tests/run.sh`` installs every piece: Debian's bubblewrap and chromium, node
 with the npm packages claude-agent-acp (in ``.acp-agents/``) and the reference
-MCP server "everything" (in ``.mcp-servers/``). A test says what it needs with
+MCP server "everything" (in ``.mcp-servers/``), and the OTLP receiver Arize
+Phoenix (in ``.otlp-receiver/``, a virtual environment of its own). A test says what it needs with
 ``@pytest.mark.needs("bubblewrap")`` (conftest.py checks the mark before the
 test runs) or calls :func:`require` where the need shows up in a fixture.
 Outside CI a missing piece skips the test with a reason naming what to
@@ -28,6 +29,7 @@ CLAUDE_ACP = Path(
     )
 )
 CHROMIUM = os.environ.get("COTERIE_CHROMIUM", "/usr/bin/chromium")
+PHOENIX = REPO / ".otlp-receiver/bin/phoenix"
 
 
 def _bubblewrap() -> str | None:
@@ -65,12 +67,23 @@ def _chromium() -> str | None:
     return f"no Chromium at {CHROMIUM} (apt-get install chromium, or set $COTERIE_CHROMIUM)"
 
 
+def _phoenix() -> str | None:
+    if PHOENIX.is_file():
+        return None
+    return (
+        "needs Arize Phoenix in .otlp-receiver "
+        "(python3 -m venv .otlp-receiver && "
+        ".otlp-receiver/bin/python -m pip install arize-phoenix==20.26.1)"
+    )
+
+
 #: Each piece and how to tell what is missing of it (None: nothing).
 PIECES = {
     "bubblewrap": _bubblewrap,
     "claude-agent-acp": _claude_agent_acp,
     "server-everything": _server_everything,
     "chromium": _chromium,
+    "phoenix": _phoenix,
 }
 
 

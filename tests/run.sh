@@ -14,7 +14,10 @@
 #      names are asserted): claude-agent-acp (the ACP tests run Claude Code
 #      through it; it bundles its agent, nothing is fetched at run time) into
 #      .acp-agents/, and the reference MCP server "everything" into
-#      .mcp-servers/.
+#      .mcp-servers/;
+#   4. Arize Phoenix, pinned, in a virtual environment of its own
+#      (.otlp-receiver/: it is large and its dependencies are not ours): the
+#      OTLP receiver the tracing tests send spans to and read back.
 # Outside CI, a piece that cannot be installed is named at the end of the
 # set-up and the tests that need it skip. In CI (CI=1, as .ci/run sets it)
 # it is a failure: CI must not pass by skipping.
@@ -23,6 +26,7 @@ cd "$(dirname "$0")/.."
 
 ACP_AGENT="@zed-industries/claude-agent-acp@0.23.1"
 MCP_SERVER="@modelcontextprotocol/server-everything@2026.8.31"
+PHOENIX="arize-phoenix==20.26.1"
 CHROMIUM="${COTERIE_CHROMIUM:-/usr/bin/chromium}"
 
 setup_only=0
@@ -87,6 +91,17 @@ npm_package .acp-agents "$ACP_AGENT" ||
   not_installed+=("$ACP_AGENT in .acp-agents/ (the ACP tests)")
 npm_package .mcp-servers "$MCP_SERVER" ||
   not_installed+=("$MCP_SERVER in .mcp-servers/ (the MCP tests)")
+
+# -- 4. the OTLP receiver -------------------------------------------------------
+receiver_python=.otlp-receiver/bin/python
+if ! { [ -x "$receiver_python" ] &&
+  "$receiver_python" -m pip show arize-phoenix 2>/dev/null |
+  grep -x "Version: ${PHOENIX##*==}" >/dev/null; }; then
+  say "installing $PHOENIX into .otlp-receiver/ (pip; a few minutes)"
+  { [ -x "$receiver_python" ] || python3 -m venv .otlp-receiver; } &&
+    "$receiver_python" -m pip install -q "$PHOENIX" ||
+    not_installed+=("$PHOENIX in .otlp-receiver/ (the tracing receiver tests)")
+fi
 
 if [ "${#not_installed[@]}" -gt 0 ]; then
   for piece in "${not_installed[@]}"; do say "not installed: $piece"; done

@@ -1,0 +1,252 @@
+"""Traces sent to a real OTLP receiver: Arize Phoenix, run by the test from
+``.otlp-receiver/`` (tests/run.sh installs it), and read back from its REST API.
+
+One ``ask_persona`` chain across two personas on Ray, the callee calling a
+tool and spawning a subagent, must arrive as one trace: the right spans, the
+right parents, the token counts the audit log has for the same span ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from coterie import Runtime
+from coterie.runtime import tracing
+from coterie.runtime.config import RuntimeSettings, TracingSettings
+from tests.external import PHOENIX, require
+from tests.helpers import scripted, write_persona
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+Span = dict[str, Any]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], Any], deadline: float, what: str) -> Any:
+    end = time.monotonic() + deadline
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < end, f"not reached in {deadline:g} s: {what}"
+        time.sleep(0.25)
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Phoenix server on free ports; its base URL."""
+    require("phoenix")
+    work = tmp_path_factory.mktemp("phoenix")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PHOENIX_WORKING_DIR": str(work),
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
+    log = (work / "phoenix.log").open("wb")
+    server = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert server.poll() is None, (work / "phoenix.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    try:
+        wait_until(healthy, 120, "Phoenix answering /healthz")
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def spans_of(base: str, trace_id: str) -> list[Span]:
+    """Every span Phoenix holds of ``trace_id``."""
+    found: list[Span] = []
+    cursor = None
+    while True:
+        query = "limit=1000" + (f"&cursor={cursor}" if cursor else "")
+        page = get_json(f"{base}/v1/projects/default/spans?{query}")
+        found += [s for s in page["data"] if s["context"]["trace_id"] == trace_id]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return found
+
+
+def spawn(task: str) -> dict[str, Any]:
+    return {"name": "spawn_subagent", "arguments": {"task": task}}
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory, phoenix: str) -> Iterator[Runtime]:
+    home = tmp_path_factory.mktemp("traced")
+    ask = {"persona": "tr-back", "text": "what is 2+3? check the logs too"}
+    write_persona(
+        home,
+        "tr-front",
+        scripted(
+            [
+                {"when": {"turn": 1}, "tool_calls": [{"name": "ask_persona", "arguments": ask}]},
+                {"when": {"tool_result": True}, "text": "front heard: {tool_results}"},
+            ],
+        ),
+    )
+    write_persona(
+        home,
+        "tr-back",
+        scripted(
+            [
+                {"when": {"context": "subagent"}, "text": "the logs are clean"},
+                {"when": {"contains": "finished"}, "text": "noted the subagent"},
+                {
+                    "when": {"turn": 1},
+                    "tool_calls": [
+                        {"name": "calculate", "arguments": {"expression": "2+3"}},
+                        spawn("check the logs"),
+                    ],
+                },
+            ],
+            default="five, and a subagent checks the logs",
+        ),
+    )
+    settings = RuntimeSettings(
+        idle_timeout=None,
+        tracing=TracingSettings(
+            enabled=True, endpoint=f"{phoenix}/v1/traces", service_name="coterie-tests"
+        ),
+    )
+    runtime = Runtime.start(home=home, settings=settings)
+    try:
+        yield runtime
+    finally:
+        runtime.shutdown()
+        # The driver's tracer goes with its runtime: later tests trace nothing.
+        tracing.install(tracing.Tracer()).shutdown()
+
+
+def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
+    rt: Runtime, phoenix: str
+) -> None:
+    reply = rt.ask("tr-front", "go")
+    assert "five" in reply.text
+
+    def woken() -> bool:
+        # The subagent finished and its report woke tr-back: a second turn there.
+        return rt.query(
+            "select count(*) from events where kind = 'turn_ended' "
+            "and conversation_id = 'tr-back:inbox:tr-front'"
+        ).rows == [(2,)]
+
+    wait_until(woken, 90, "the subagent's report woke tr-back")
+    rt.flush()  # every persona actor exports what it has batched
+
+    # The audit log names the trace: its rows carry the span ids.
+    (trace_id,) = {
+        row[0]
+        for row in rt.query(
+            "select trace_id from events where persona = 'tr-front' and kind = 'turn_started'"
+        ).rows
+    }
+    assert trace_id and len(trace_id) == 32
+
+    # What the audit log has of the trace: its model calls and turns.
+    calls = {
+        span_id: (inp, out)
+        for span_id, inp, out in rt.query(
+            "select span_id, input_tokens, output_tokens from events "
+            f"where kind = 'model_call' and trace_id = '{trace_id}'"
+        ).rows
+    }
+    turns = rt.query(
+        f"select count(*) from events where kind = 'turn_started' and trace_id = '{trace_id}'"
+    ).rows[0][0]
+    # tr-front's turn, tr-back's, the subagent's run and the turn its report woke.
+    assert (len(calls), turns) == (6, 4)
+
+    def arrived() -> list[Span] | None:
+        spans = spans_of(phoenix, trace_id)
+        chats = sum(s["name"] == "chat scripted" for s in spans)
+        agents = sum(s["name"].startswith("invoke_agent ") for s in spans)
+        return spans if (chats, agents) == (len(calls), turns) else None
+
+    spans = wait_until(arrived, 60, "the chain's spans in Phoenix")
+    by_id = {s["context"]["span_id"]: s for s in spans}
+
+    def one(name: str, **attrs: Any) -> Span:
+        (span,) = [
+            s
+            for s in spans
+            if s["name"] == name and all(s["attributes"].get(k) == v for k, v in attrs.items())
+        ]
+        return span
+
+    def parent(span: Span) -> Span | None:
+        return by_id.get(span["parent_id"]) if span["parent_id"] else None
+
+    front = one("invoke_agent tr-front")
+    asked = one("execute_tool ask_persona")
+    calc = one("execute_tool calculate")
+    spawned = one("execute_tool spawn_subagent")
+    sub = one("invoke_agent tr-back", **{"coterie.turn.context": "subagent"})
+    back, wake = sorted(
+        (s for s in spans if s["name"] == "invoke_agent tr-back" and s is not sub),
+        key=lambda s: str(s["start_time"]),
+    )
+
+    assert front["parent_id"] is None
+    assert parent(asked) is front
+    # The callee's turn, in another actor's process, is a child of the call that asked.
+    assert parent(back) is asked
+    assert parent(calc) is back and parent(spawned) is back
+    # The subagent, in an actor of its own, is a child of the call that spawned it.
+    assert parent(sub) is spawned
+    # So is the turn its report woke: the work it started, then what came of it.
+    assert parent(wake) is spawned
+    assert sub["attributes"]["gen_ai.agent.id"]
+    assert front["attributes"]["gen_ai.agent.name"] == "tr-front"
+    assert back["attributes"]["coterie.sender"] == "tr-front"
+    assert calc["attributes"]["gen_ai.tool.name"] == "calculate"
+    assert "error.type" not in calc["attributes"]
+
+    chats = [s for s in spans if s["name"] == "chat scripted"]
+    # Each model call is a child of its turn: two each in tr-front's and
+    # tr-back's (a tool batch between), one in the subagent's and the wake's.
+    per_turn = [sum(parent(c) is t for c in chats) for t in (front, back, sub, wake)]
+    assert per_turn == [2, 2, 1, 1]
+    # The tokens Phoenix received are the audit log's, row for span.
+    for chat in chats:
+        attrs = chat["attributes"]
+        assert attrs["gen_ai.provider.name"] == "scripted"
+        assert attrs["gen_ai.usage.input_tokens"] > 0
+        tokens = (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"])
+        assert calls[chat["context"]["span_id"]] == tokens
