@@ -19,9 +19,11 @@ from typing import Any, Literal, cast
 
 import ray
 
+from coterie.actors.metrics import ray_meter
 from coterie.runtime.audit import AuditBuffer, Row
 from coterie.runtime.errors import ActorLostError, CoterieError, ToolError
 from coterie.runtime.memory import MemoryBackend
+from coterie.runtime.metrics import EventMetrics
 from coterie.runtime.routing import retry_transient
 
 NAMESPACE = "coterie"
@@ -203,7 +205,9 @@ def audit_buffer_for(
 
     With ``spool_path`` (one per persona, on local disk) rows survive the
     process being killed: a buffer created on the same spool after a restart
-    resends them as replayed batches, which the actor deduplicates.
+    resends them as replayed batches, which the actor deduplicates. Its
+    events are counted in Ray metrics (``observer=``: an
+    :class:`~runtime.metrics.EventMetrics` of one's own, with gauges).
     """
 
     async def send(rows: list[Row]) -> None:
@@ -212,6 +216,8 @@ def audit_buffer_for(
     async def replay(rows: list[Row]) -> None:
         await handle.append.remote(rows, replayed=True)
 
+    # Every event recorded is counted in the process's Ray metrics.
+    kwargs.setdefault("observer", EventMetrics(ray_meter()))
     return AuditBuffer(send, replay=replay, spool_path=spool_path, **kwargs)
 
 

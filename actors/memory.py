@@ -13,13 +13,18 @@ from typing import Any
 
 import ray
 
+from coterie.actors.metrics import ray_meter
 from coterie.runtime.config import MemorySettings
 from coterie.runtime.memory import MemoryServer
 
 
 class MemoryStoreActor(MemoryServer):
-    """:class:`~runtime.memory.MemoryServer` as it runs on Ray (the subclass
-    adds nothing but its name: the process shows as ``ray::MemoryStoreActor``)."""
+    """:class:`~runtime.memory.MemoryServer` as it runs on Ray: its
+    operations counted and timed in Ray metrics (the process shows as
+    ``ray::MemoryStoreActor``)."""
+
+    def __init__(self, uri: str, settings: MemorySettings | None = None, **kwargs: Any) -> None:
+        super().__init__(uri, settings, meter=ray_meter(), **kwargs)
 
 
 MemoryStoreActorRemote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(

@@ -34,6 +34,7 @@ from coterie.actors._ray import (
 )
 from coterie.actors.coding_agent import RayCodingAgents
 from coterie.actors.mcp import RayMcpClients
+from coterie.actors.metrics import ray_meter
 from coterie.actors.scheduler import scheduler_service
 from coterie.actors.shell import ShellProcesses
 from coterie.actors.subagent import RaySubagents
@@ -44,6 +45,7 @@ from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.delegation.records import AgentAsk
 from coterie.runtime.memory import MemoryClient
 from coterie.runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
+from coterie.runtime.metrics import EventMetrics
 from coterie.runtime.models import build_model_or_unavailable
 from coterie.runtime.persona import Launchers, PersonaHost, PersonaRuntime
 from coterie.runtime.plugins import PluginSet
@@ -138,8 +140,11 @@ class PersonaActor:
         self._audit_handle = ray.get_actor(audit_actor, namespace=namespace)
         # One spool per persona on local disk: a restarted actor resends what
         # its killed predecessor recorded but had not delivered yet.
+        # Its events counted in Ray metrics; the gauges read at each turn's start and end.
         self.buffer = audit_buffer_for(
-            self._audit_handle, spool_path=Path(home) / "spool" / f"{name}.audit.jsonl"
+            self._audit_handle,
+            spool_path=Path(home) / "spool" / f"{name}.audit.jsonl",
+            observer=EventMetrics(ray_meter(), sample=lambda: self._gauges(name)),
         )
         # A conversation this process does not hold (new, or from before a
         # restart) is read from the log: one read for all that wait at once.
@@ -225,6 +230,18 @@ class PersonaActor:
             )
         )
         return records
+
+    def _gauges(self, name: str) -> dict[str, tuple[dict[str, str], float]]:
+        """This persona's gauges now (runtime.metrics.EventMetrics samples them)."""
+        persona = {"persona": name}
+        gauges: dict[str, tuple[dict[str, str], float]] = {
+            "coterie_audit_backlog": ({"process": f"persona:{name}"}, self.buffer.pending)
+        }
+        runtime = getattr(self, "runtime", None)  # None: the first turn is still being built
+        if runtime is not None:
+            gauges["coterie_turns_running"] = (persona, runtime.queues.turns_running())
+            gauges["coterie_messages_queued"] = (persona, runtime.queues.queued())
+        return gauges
 
     async def recover_lost_work(self) -> int:
         """Wake the conversations whose delegations an earlier process of this

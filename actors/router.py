@@ -20,6 +20,7 @@ import ray
 from coterie.actors._plugins import builtin_names, env_options, load_here
 from coterie.actors._ray import actor_id, persona_actor_name, remote
 from coterie.actors.mcp import new_server_actor
+from coterie.actors.metrics import ray_meter
 from coterie.actors.persona import PersonaActorRemote
 from coterie.runtime.config import (
     Persona,
@@ -250,6 +251,9 @@ class RouterActor:
             self.host,
             idle_timeout=settings.idle_timeout,
             start_limit=settings.max_starting_personas or default_start_limit(),
+            on_change=lambda live: ray_meter().gauge(
+                "coterie_personas_live", live, {"runtime": runtime_id}
+            ),
         )
         # After a restart the persona actors are still running: take them on,
         # so that flushing, passivating and stopping reach them.

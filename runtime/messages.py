@@ -388,6 +388,9 @@ class TurnStarted(_Event):
     kind: Literal["turn_started"] = "turn_started"
     context: TurnContextKind = "user"
     message_ids: list[str] = Field(default_factory=list)
+    #: How long the longest-waiting of its new messages was queued (ms);
+    #: None when it answers none (it goes on with an interrupted turn's).
+    queue_wait_ms: float | None = None
 
 
 class HistoryAppended(_Event):

@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from coterie.runtime.audit.rows import HISTORY_KINDS, Row, Send, event_to_row
@@ -64,6 +64,8 @@ class AuditBuffer:
     recovery loses nothing either. One buffer at a time may use a spool: a second
     one waits up to ``spool_lock_wait`` seconds (a killed predecessor's lock goes
     with its process) and then raises :class:`AuditSpoolInUseError`.
+    ``observer`` sees every event as it is recorded (the process's metrics,
+    :class:`~runtime.metrics.EventMetrics`); it must not raise.
     """
 
     def __init__(
@@ -76,12 +78,15 @@ class AuditBuffer:
         interval: float = 1.0,
         max_pending: int = 100_000,
         spool_lock_wait: float = LOCK_WAIT,
+        observer: Callable[[TurnEvent], None] | None = None,
     ) -> None:
         if max_events < 1 or max_pending < max_events or interval <= 0:
             raise ValueError("need max_events >= 1, max_pending >= max_events, interval > 0")
         if spool_path is not None and replay is None:
             raise ValueError("a spool needs replay=: a send that skips rows the log already has")
         self._send = send
+        # Sees every event recorded (the process's metrics); must not raise.
+        self._observer = observer
         self._replay = replay if replay is not None else send
         self._max_events = max_events
         self._interval = interval
@@ -221,6 +226,8 @@ class AuditBuffer:
             # After the append: a compaction rewrites the spool from _rows.
             self._spool_append(row)
         self._recorded += 1
+        if self._observer is not None:
+            self._observer(event)
         self._enforce_cap()
         if self._timer is None or self._wants_size_flush():
             self._schedule()

@@ -15,9 +15,12 @@ and reported by :meth:`MemoryServer.embedder_choice`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,7 @@ from coterie.runtime.memory.records import (
     Source,
     UserModelRow,
 )
+from coterie.runtime.metrics import Meter
 
 if TYPE_CHECKING:
     from coterie.runtime.memory._lance import recorded_embedder
@@ -116,6 +120,7 @@ class MemoryServer:
         store: MemoryStore | None = None,
         batch_window: float = BATCH_WINDOW,
         max_batch: int = MAX_BATCH,
+        meter: Meter | None = None,
     ) -> None:
         if max_batch < 1 or batch_window < 0:
             raise ValueError("need max_batch >= 1 and batch_window >= 0")
@@ -134,6 +139,8 @@ class MemoryServer:
         self.batches = 0
         self.optimizations = 0
         self.optimize_errors = 0
+        #: Where each operation is counted and timed (the actor's: Ray metrics).
+        self.meter = meter or Meter()
 
     @classmethod
     def serving(cls, store: MemoryStore, settings: MemorySettings | None = None) -> MemoryServer:
@@ -158,8 +165,27 @@ class MemoryServer:
         return self._store
 
     async def _run(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        store = await self._get_store()
-        return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
+        with self._measured(method):
+            store = await self._get_store()
+            return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
+
+    @contextlib.contextmanager
+    def _measured(self, operation: str) -> Iterator[None]:
+        """Count ``operation`` and time it on :attr:`meter` (ok, or error if it raised)."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            yield
+            outcome = "ok"
+        finally:
+            self.meter.count(
+                "coterie_memory_operations", 1, {"operation": operation, "outcome": outcome}
+            )
+            self.meter.observe(
+                "coterie_memory_duration_ms",
+                (time.perf_counter() - started) * 1000,
+                {"operation": operation},
+            )
 
     # -- memories ------------------------------------------------------------
 
@@ -167,12 +193,14 @@ class MemoryServer:
         self, persona: str, *, category: str, content: str, importance: int
     ) -> MemoryRow:
         """Write one memory; concurrent writes share one embedding call and commit."""
-        await self._get_store()
-        future: asyncio.Future[MemoryRow] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Write(MemoryInput(persona, category, content, importance), future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_writes())
-        return await future
+        with self._measured("write_memory"):
+            await self._get_store()
+            future: asyncio.Future[MemoryRow] = asyncio.get_running_loop().create_future()
+            item = MemoryInput(persona, category, content, importance)
+            self._pending.append(_Write(item, future))
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush_writes())
+            return await future
 
     async def _flush_writes(self) -> None:
         store = await self._get_store()

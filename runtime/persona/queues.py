@@ -55,6 +55,15 @@ class Pending:
     future: asyncio.Future[ReplyEnvelope] | None
     #: A streaming caller: hears the events of the turns that answer it.
     listener: Callable[[StreamItem], None] | None = None
+    #: When it was queued (``time.monotonic``).
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+def queue_wait_ms(pending: list[Pending]) -> float | None:
+    """How long the longest-waiting of ``pending`` has been queued (ms); None for none."""
+    if not pending:
+        return None
+    return (time.monotonic() - min(p.queued_at for p in pending)) * 1000
 
 
 @dataclass(slots=True)

@@ -51,7 +51,7 @@ from coterie.runtime.persona.history import (
     unanswered_calls,
 )
 from coterie.runtime.persona.host import PersonaHost
-from coterie.runtime.persona.queues import Batch
+from coterie.runtime.persona.queues import Batch, queue_wait_ms
 from coterie.runtime.persona.scheduled import ScheduledTurns, light_system_prompt, schedule_of
 from coterie.runtime.prompt import build_system_prompt
 from coterie.runtime.runner import error_result, remove_old_spills
@@ -239,6 +239,7 @@ class TurnBuilder:
                 turn_id=turn_id,
                 context=ctx.kind,
                 message_ids=[p.envelope.id for p in batch.answers],
+                queue_wait_ms=queue_wait_ms(batch.new),
             )
         )
         listed = self.skill_prompt.report(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
@@ -99,6 +100,7 @@ class Router(Generic[H]):
         idle_timeout: float | None,
         start_limit: int | None = None,
         passivated_cap: int = PASSIVATED_CAP,
+        on_change: Callable[[int], None] | None = None,
     ) -> None:
         if start_limit is not None and start_limit < 1:
             raise ValueError(f"start_limit must be at least 1 (or None), got {start_limit}")
@@ -118,6 +120,12 @@ class Router(Generic[H]):
         self._passivated_cap = passivated_cap
         # Outbound messages for the connectors of `coterie serve`.
         self.outbox = Outbox()
+        # Told how many personas are live whenever that may have changed (a gauge).
+        self._on_change = on_change
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(len(self._actors))
 
     # -- activation --------------------------------------------------------
 
@@ -162,6 +170,7 @@ class Router(Generic[H]):
             if slots is not None:
                 slots.release()
         self._actors[name] = handle
+        self._changed()
         return handle
 
     def _activated(self, name: str, task: asyncio.Task[H]) -> None:
@@ -175,6 +184,7 @@ class Router(Generic[H]):
         personas' actors by name); returns how many were new to it."""
         new = {n: h for n, h in handles.items() if n not in self._actors}
         self._actors.update(new)
+        self._changed()
         return len(new)
 
     def activating(self, name: str) -> bool:
@@ -213,6 +223,7 @@ class Router(Generic[H]):
             return False
         if self._actors.get(name) is handle:
             del self._actors[name]
+            self._changed()
         self._remember_passivated(self.host.actor_id(handle))
         self.host.stop(handle)
         return True
@@ -300,6 +311,7 @@ class Router(Generic[H]):
             except Exception:  # boundary: a start that failed left nothing to stop
                 pass
         handle = self._actors.pop(name, None)
+        self._changed()
         if handle is None:
             return False
         try:
@@ -320,6 +332,7 @@ class Router(Generic[H]):
         for handle in handles.values():
             self.host.stop(handle)
         self._actors.clear()
+        self._changed()
         return len(handles)
 
 
