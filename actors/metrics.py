@@ -9,9 +9,12 @@ from many processes add up in a query.
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from coterie.runtime.metrics import METRICS, Meter, Tags
+
+log = logging.getLogger("coterie.metrics")
 
 
 class RayMeter(Meter):
@@ -19,6 +22,7 @@ class RayMeter(Meter):
 
     def __init__(self) -> None:
         self._made: dict[str, Any] = {}
+        self._failed: set[str] = set()
 
     def _metric(self, name: str) -> Any:
         made = self._made.get(name)
@@ -40,14 +44,23 @@ class RayMeter(Meter):
             self._made[name] = made
         return made
 
+    def _put(self, name: str, method: str, value: float, tags: Tags) -> None:
+        # A metric that cannot be recorded never fails the work it counts.
+        try:
+            getattr(self._metric(name), method)(value, tags=dict(tags))
+        except Exception:
+            if name not in self._failed:
+                self._failed.add(name)
+                log.exception("metrics: %s could not be recorded (not logged again)", name)
+
     def count(self, name: str, value: float, tags: Tags) -> None:
-        self._metric(name).inc(value, tags=dict(tags))
+        self._put(name, "inc", value, tags)
 
     def observe(self, name: str, value: float, tags: Tags) -> None:
-        self._metric(name).observe(value, tags=dict(tags))
+        self._put(name, "observe", value, tags)
 
     def gauge(self, name: str, value: float, tags: Tags) -> None:
-        self._metric(name).set(value, tags=dict(tags))
+        self._put(name, "set", value, tags)
 
 
 @functools.cache

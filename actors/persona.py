@@ -237,9 +237,8 @@ class PersonaActor:
         gauges: dict[str, tuple[dict[str, str], float]] = {
             "coterie_audit_backlog": ({"process": f"persona:{name}"}, self.buffer.pending)
         }
-        runtime = getattr(self, "runtime", None)  # None: the first turn is still being built
+        runtime = getattr(self, "runtime", None)  # None: still being built
         if runtime is not None:
-            gauges["coterie_turns_running"] = (persona, runtime.queues.turns_running())
             gauges["coterie_messages_queued"] = (persona, runtime.queues.queued())
         return gauges
 

@@ -128,7 +128,7 @@ METRICS: dict[str, Metric] = _metrics(
     Metric(
         "coterie_schedule_fires",
         "counter",
-        "Scheduler fires by outcome (fired, skipped, missed, failed, …)",
+        "Scheduler fires by outcome (fired, skipped, missed, failed, ...)",
         ("persona", "entry_kind", "outcome"),
     ),
     Metric("coterie_approvals", "counter", "Approvals by state", ("persona", "state")),
@@ -148,7 +148,7 @@ METRICS: dict[str, Metric] = _metrics(
     Metric(
         "coterie_memory_operations",
         "counter",
-        "Long-term memory operations (remember, recall, forget, …)",
+        "Long-term memory operations (write_memory, recall, ingest, ...)",
         ("operation", "outcome"),
     ),
     Metric(
@@ -220,7 +220,8 @@ Sample = Callable[[], Mapping[str, tuple[Tags, float]]]
 class EventMetrics:
     """Counts turn events on ``meter`` (an :class:`~runtime.audit.AuditBuffer`
     observer: every event it records). ``sample`` gives the gauges read at
-    each turn's start and end (queue length, turns running, audit backlog).
+    each turn's start and end (queue length, audit backlog); turns and
+    delegations running are counted from their start and end events.
     A meter that fails is logged once and never fails the recording."""
 
     def __init__(self, meter: Meter, *, sample: Sample | None = None) -> None:
@@ -229,6 +230,8 @@ class EventMetrics:
         # (persona, work) -> delegations this process started and has not seen finish.
         self._running: dict[tuple[str, str], int] = {}
         self._failed = False
+        # persona -> its turns started in this process and not ended.
+        self._turns: dict[str, int] = {}
 
     def __call__(self, event: TurnEvent) -> None:
         try:
@@ -245,12 +248,14 @@ class EventMetrics:
         persona = event.persona
         if isinstance(event, TurnStarted):
             m.count("coterie_turns_started", 1, {"persona": persona, "context": event.context})
+            self._turn(persona, 1)
             if event.queue_wait_ms is not None:
                 m.observe("coterie_queue_wait_ms", event.queue_wait_ms, {"persona": persona})
             self._sample()
         elif isinstance(event, TurnEnded):
             tags = {"persona": persona, "status": event.status}
             m.count("coterie_turns_finished", 1, tags)
+            self._turn(persona, -1)
             m.observe("coterie_turn_duration_ms", event.duration_ms, tags)
             self._sample()
         elif isinstance(event, ModelCalled):
@@ -308,6 +313,11 @@ class EventMetrics:
         elif isinstance(event, BudgetWarning):
             level = "exceeded" if event.exceeded else "warning"
             m.count("coterie_budget_warnings", 1, {"persona": persona, "level": level})
+
+    def _turn(self, persona: str, delta: int) -> None:
+        n = max(self._turns.get(persona, 0) + delta, 0)
+        self._turns[persona] = n
+        self.meter.gauge("coterie_turns_running", n, {"persona": persona})
 
     def _sample(self) -> None:
         if self.sample is None:

@@ -33,14 +33,31 @@ def ray_session() -> Iterator[None]:
         if address:
             ray.init(address=address, namespace="coterie-tests", log_to_driver=False)
         else:
+            import socket
+
+            # A known metrics export port: tests read coterie's metrics there.
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
             ray.init(
                 num_cpus=2,
                 namespace="coterie-tests",
                 include_dashboard=False,
                 log_to_driver=False,
+                _metrics_export_port=port,
             )
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_metrics_url(ray_session: None) -> str:
+    """The Prometheus endpoint of this node's Ray metrics agent."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    (node,) = [n for n in ray.nodes() if n["NodeID"] == node_id]
+    return f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
 
 
 def pytest_configure(config: pytest.Config) -> None:
