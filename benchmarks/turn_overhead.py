@@ -7,19 +7,32 @@ turns in-process (the floor: PersonaRuntime called directly) and through the
 router and persona actors on a local Ray, in the same run. Also reports the
 idle PersonaActor's memory (USS).
 
-    python benchmarks/turn_overhead.py [--turns 500]
+A second table is tracing's cost (docs/watching.md): the two-tool turn
+in-process with tracing off (the floor: what a turn costs without it), on
+with an exporter that drops every span, and on exporting over OTLP/HTTP to a
+local receiver (``--otlp URL``, else the Phoenix that tests/run.sh installs
+in .otlp-receiver/, started here), in alternating rounds.
 
-Targets: at most 3 ms p50 above the floor; an idle persona at most 70 MiB USS.
+    python benchmarks/turn_overhead.py [--turns 500] [--otlp http://host:port/v1/traces]
+
+Targets: at most 3 ms p50 above the floor; an idle persona at most 70 MiB USS;
+tracing off costs nothing measurable.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -32,7 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from coterie import Runtime  # noqa: E402
-from coterie.runtime.config import load_persona  # noqa: E402
+from coterie.runtime import tracing  # noqa: E402
+from coterie.runtime.config import TracingSettings, load_persona  # noqa: E402
 from coterie.runtime.messages import MessageEnvelope  # noqa: E402
 from coterie.runtime.models import build_model  # noqa: E402
 from coterie.runtime.persona import PersonaRuntime  # noqa: E402
@@ -130,9 +144,85 @@ def through_actors(rt: Runtime, persona: str, turns: int) -> list[float]:
     return samples
 
 
+@contextmanager
+def local_phoenix() -> Iterator[str | None]:
+    """The traces URL of a Phoenix started from .otlp-receiver/ (None without one)."""
+    phoenix = ROOT / ".otlp-receiver/bin/phoenix"
+    if not phoenix.is_file():
+        yield None
+        return
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    with tempfile.TemporaryDirectory() as work:
+        env = {
+            **os.environ,
+            "PHOENIX_WORKING_DIR": work,
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(ports[0]),
+            "PHOENIX_GRPC_PORT": str(ports[1]),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        server = subprocess.Popen(
+            [str(phoenix), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        base = f"http://127.0.0.1:{ports[0]}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{base}/healthz", timeout=2):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise RuntimeError("Phoenix did not start") from None
+                    time.sleep(0.5)
+            yield f"{base}/v1/traces"
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+
+
+def tracer_for(mode: str, otlp: str | None) -> tracing.Tracer:
+    if mode == "off":
+        return tracing.Tracer()
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from coterie.runtime.tracing.otel import OtelTracer
+
+    class Dropping(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    settings = TracingSettings(enabled=True, endpoint=otlp or "http://127.0.0.1:9/v1/traces")
+    exporter = Dropping() if mode == "no-op exporter" else None
+    return OtelTracer(settings, process="bench", attributes={}, exporter=exporter)
+
+
+def tracing_cost(
+    home: Path, turns: int, otlp: str | None, rounds: int = 3
+) -> dict[str, list[float]]:
+    """In-process two-tool turns per tracing mode, the modes alternating by round."""
+    modes = ["off", "no-op exporter"] + (["OTLP to a local receiver"] if otlp else [])
+    samples: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(rounds):
+        for mode in modes:
+            tracer = tracer_for(mode, otlp)
+            old = tracing.install(tracer)
+            try:
+                samples[mode] += asyncio.run(in_process(home, "bench-tools", turns))
+            finally:
+                tracing.install(old)
+                tracer.shutdown()  # exports what is batched (outside the timed turns)
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=500)
+    parser.add_argument("--otlp", help="an OTLP/HTTP traces URL (default: a local Phoenix)")
     args = parser.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,6 +276,36 @@ def main() -> None:
     console.print(
         "targets: overhead p50 <= 3 ms; idle persona USS <= 70 MiB. The first two rows' "
         f"USS includes the {args.turns + 20} turns of history those personas hold."
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        write_home(home)
+        with console.status("tracing: starting a receiver, then the rounds"):
+            if args.otlp:
+                cost = tracing_cost(home, args.turns, args.otlp)
+            else:
+                with local_phoenix() as url:
+                    cost = tracing_cost(home, args.turns, url)
+    table = Table(
+        title=f"tracing cost, two concurrent tools in-process, 3 x {args.turns} turns each (ms)"
+    )
+    for col in ["tracing", "p50", "p99", "p50 - off", "ratio p50"]:
+        table.add_column(col, justify="right")
+    off = statistics.median(cost["off"])
+    for mode, values in cost.items():
+        p50 = statistics.median(values)
+        table.add_row(
+            mode, f"{p50:.3f}", f"{pct(values, 0.99):.3f}", f"{p50 - off:.3f}", f"{p50 / off:.2f}x"
+        )
+    console.print(table)
+    if len(cost) < 3:
+        console.print(
+            "no OTLP receiver: give --otlp URL, or run tests/run.sh --setup-only (Phoenix)"
+        )
+    console.print(
+        "off is the floor: with tracing off a span is the shared no-op one and nothing of "
+        "the OpenTelemetry SDK is imported (tests/test_tracing.py checks that)."
     )
 
 
