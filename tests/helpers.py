@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -160,3 +161,15 @@ def no_plugin_providers() -> Iterator[None]:
         _model_plugins.forget_providers()
         _model_plugins._PROVIDERS.update(saved[0])
         _config_models._PROVIDER_NAMES.update(saved[1])
+
+
+def poll(condition: Callable[[], Any], deadline: float, what: str, every: float = 0.25) -> Any:
+    """Call ``condition`` until it returns something true, and return that
+    (fails naming ``what`` after ``deadline`` seconds)."""
+    end = time.monotonic() + deadline
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < end, f"not reached in {deadline:g} s: {what}"
+        time.sleep(every)

@@ -4,9 +4,8 @@ back from the node's metrics export endpoint (Prometheus text)."""
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from coterie.runtime.messages import (
 )
 from coterie.runtime.metrics import METRICS, EventMetrics, RecordingMeter
 from coterie.runtime.models.scripted import ScriptedModel, tool_call
-from tests.helpers import scripted, write_persona
+from tests.helpers import poll, scripted, write_persona
 from tests.test_personas_hub import build
 
 IDS = {"persona": "p", "conversation_id": "c", "turn_id": "t"}
@@ -144,16 +143,6 @@ def value(samples: list[tuple[str, dict[str, str], float]], name: str, **labels:
     return sum(v for n, have, v in samples if n == name and labels.items() <= have.items())
 
 
-def wait_until(condition: Callable[[], Any], deadline: float, what: str) -> Any:
-    end = time.monotonic() + deadline
-    while True:
-        got = condition()
-        if got:
-            return got
-        assert time.monotonic() < end, f"not reached in {deadline:g} s: {what}"
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory, ray_session: None) -> Iterator[Runtime]:
     home = tmp_path_factory.mktemp("metered")
@@ -204,7 +193,7 @@ def test_an_ask_chain_shows_in_rays_metrics_endpoint(rt: Runtime, ray_metrics_ur
         return samples if (done, tools) == (1, 2) else None
 
     # Ray's agent exports every few seconds.
-    samples = wait_until(counted, 60, "the chain's counts on the metrics endpoint")
+    samples = poll(counted, 60, "the chain's counts on the metrics endpoint")
     assert value(samples, "ray_coterie_turns_finished_total", persona="mx-back", status="ok") == 1
     assert (
         value(samples, "ray_coterie_turns_started_total", persona="mx-front", context="user") == 1

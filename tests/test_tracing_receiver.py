@@ -12,10 +12,9 @@ import json
 import os
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from coterie import Runtime
 from coterie.runtime import tracing
 from coterie.runtime.config import RuntimeSettings, TracingSettings
 from tests.external import PHOENIX, require
-from tests.helpers import scripted, write_persona
+from tests.helpers import poll, scripted, write_persona
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -35,16 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], Any], deadline: float, what: str) -> Any:
-    end = time.monotonic() + deadline
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < end, f"not reached in {deadline:g} s: {what}"
-        time.sleep(0.25)
 
 
 def get_json(url: str) -> Any:
@@ -79,7 +68,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             return False
 
     try:
-        wait_until(healthy, 120, "Phoenix answering /healthz")
+        poll(healthy, 120, "Phoenix answering /healthz")
         yield base
     finally:
         server.terminate()
@@ -167,7 +156,7 @@ def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
             "and conversation_id = 'tr-back:inbox:tr-front'"
         ).rows == [(2,)]
 
-    wait_until(woken, 90, "the subagent's report woke tr-back")
+    poll(woken, 90, "the subagent's report woke tr-back")
     rt.flush()  # every persona actor exports what it has batched
 
     # The audit log names the trace: its rows carry the span ids.
@@ -199,7 +188,7 @@ def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
         agents = sum(s["name"].startswith("invoke_agent ") for s in spans)
         return spans if (chats, agents) == (len(calls), turns) else None
 
-    spans = wait_until(arrived, 60, "the chain's spans in Phoenix")
+    spans = poll(arrived, 60, "the chain's spans in Phoenix")
     by_id = {s["context"]["span_id"]: s for s in spans}
 
     def one(name: str, **attrs: Any) -> Span:
