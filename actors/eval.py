@@ -29,6 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from coterie.actors._plugins import env_options, load_here
 from coterie.actors._ray import audit_buffer_for, audit_name, memory_backend, memory_name, remote
+from coterie.runtime import tracing
 from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.eval.budget import RunBudget
 from coterie.runtime.eval.plan import RunPlan
@@ -98,6 +99,12 @@ class EvalWorkerActor:
     ) -> None:
         # First: a solver's persona may name a plugin's model provider.
         loaded = load_here(plugins)
+        # Once per process; a no-op tracer (no SDK imported) unless tracing is on.
+        tracing.setup(
+            settings.tracing,
+            process="eval",
+            attributes={"coterie.node.id": ray.get_runtime_context().get_node_id()},
+        )
         setups = {name: SolverSetup.model_validate_json(data) for name, data in solvers.items()}
         plugin_tools = list(loaded.tools.values())
         # A solver defined in code brings its own tools, for its samples only.
@@ -129,8 +136,10 @@ class EvalWorkerActor:
         run = await self.worker.run(SampleJob.model_validate_json(data))
         return run.model_dump_json()
 
-    async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
-        return await self.worker.grade(grader, prompt, conversation_id)
+    async def grade(
+        self, grader: str, prompt: str, conversation_id: str, trace: dict[str, str] | None
+    ) -> str:
+        return await self.worker.grade(grader, prompt, conversation_id, trace)
 
     async def node(self) -> tuple[str | None, int]:
         return self.worker.node, os.getpid()
@@ -138,6 +147,8 @@ class EvalWorkerActor:
     async def close(self) -> None:
         await self.worker.aclose()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        # Its batched spans (on a thread: the export blocks).
+        await asyncio.to_thread(tracing.tracer().shutdown)
 
 
 EvalWorkerRemote = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(EvalWorkerActor)
@@ -247,9 +258,11 @@ class RayExecutor:
         finally:
             self._load[index] -= 1
 
-    async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
+    async def grade(
+        self, grader: str, prompt: str, conversation_id: str, trace: dict[str, str] | None = None
+    ) -> str:
         actor = self._actors[self._pick()]
-        text: str = await remote(actor.grade.remote(grader, prompt, conversation_id))
+        text: str = await remote(actor.grade.remote(grader, prompt, conversation_id, trace))
         return text
 
     async def aclose(self) -> None:

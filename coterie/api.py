@@ -746,6 +746,8 @@ class Runtime:
                 ray.kill(self.router)
                 clear_holder(self.home, address=self.address)
         finally:
+            # This process's batched spans (an eval run's samples are traced here).
+            tracing.tracer().flush()
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
             if self._owns_ray:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -16,9 +17,12 @@ from coterie.runtime.audit import AuditBuffer, AuditWriter
 from coterie.runtime.audit.spool import read_spool
 from coterie.runtime.config import RuntimeSettings, TracingSettings, with_tracing_resolved
 from coterie.runtime.errors import ConfigError
+from coterie.runtime.eval import RunOptions, open_store, plan_run
 from coterie.runtime.messages import AssistantMessage, MessageEnvelope
 from coterie.runtime.models.scripted import ScriptedModel, tool_call
 from coterie.runtime.tracing.otel import OtelTracer
+from tests.helpers import write_persona
+from tests.test_eval_runner import flaky, make_runner, write_task
 from tests.test_personas_hub import build, results
 
 
@@ -213,3 +217,125 @@ async def test_an_audit_row_carries_its_spans_ids(
         ).rows
     assert got and {row[0] for row in got} == {trace_id}
     assert by_id[got[0][1]].name == "chat scripted"
+
+
+# -- eval samples -------------------------------------------------------------------
+
+
+def _tree(finished: Any) -> tuple[dict[int, Any], dict[int, int | None]]:
+    by_id = {s.context.span_id: s for s in finished}
+    return by_id, {s.context.span_id: s.parent.span_id if s.parent else None for s in finished}
+
+
+async def test_an_eval_sample_and_its_grading_are_one_trace(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    home = tmp_path / "home"
+    write_persona(
+        home,
+        "student",
+        {"model": {"provider": "scripted", "rules": [], "default": "Paris is the capital."}},
+    )
+    write_persona(
+        home,
+        "judge",
+        {
+            "model": {
+                "provider": "scripted",
+                "rules": [{"when": {"contains": "Paris is the capital"}, "text": "GRADE: C"}],
+                "default": "GRADE: I",
+            }
+        },
+    )
+    path = write_task(
+        tmp_path,
+        {
+            "name": "graded",
+            "solver": {"persona": "student"},
+            "scorers": [{"type": "model_graded", "grader": "judge", "rubric": "Names Paris."}],
+        },
+        [
+            {"id": "q1", "input": "Capital of France?", "target": "Paris"},
+            {"id": "q2", "input": "Capital of France, again?", "target": "Paris"},
+        ],
+    )
+    store = open_store(home)
+    plan = plan_run(path, home, store, RunOptions())
+    await make_runner(plan, store, tmp_path).run()
+    tracing.tracer().flush()
+    finished = spans.get_finished_spans()
+    by_id, parent = _tree(finished)
+    samples = [s for s in finished if s.name == "eval_sample graded"]
+    assert sorted(s.attributes["coterie.eval.sample"] for s in samples) == ["q1", "q2"]
+    # Each sample is the first span of its own trace.
+    assert len({s.context.trace_id for s in samples}) == 2
+    for sample in samples:
+        attrs = sample.attributes
+        assert attrs["gen_ai.operation.name"] == "eval_sample"
+        assert attrs["coterie.eval.run"] == plan.run.run_id
+        assert attrs["coterie.eval.task"] == "graded"
+        assert (attrs["coterie.eval.epoch"], attrs["coterie.eval.attempts"]) == (1, 1)
+        assert attrs["coterie.eval.status"] == "ok"
+        assert (attrs["coterie.eval.scorer"], attrs["coterie.eval.score"]) == ("model_graded", 1.0)
+        assert parent[sample.context.span_id] is None
+        turns = sorted(
+            by_id[i].name
+            for i, p in parent.items()
+            if p == sample.context.span_id and by_id[i].name.startswith("invoke_agent")
+        )
+        # The solver's turn and the grader's turn are both children of the sample.
+        assert turns == ["invoke_agent judge", "invoke_agent student"]
+        inside = [s for s in finished if s.context.trace_id == sample.context.trace_id]
+        assert sum(s.name.startswith("chat ") for s in inside) == 2
+
+
+async def test_a_retried_sample_s_attempts_are_under_its_span(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    home = tmp_path / "home"
+    (home / "personas").mkdir(parents=True)
+    model = {"provider": "scripted", "rules": [], "default": "ok"}
+    path = write_task(
+        tmp_path,
+        {
+            "name": "retry",
+            "solver": {"inline": {"model": model}},
+            "scorers": [{"type": "includes"}],
+            "retries": 2,
+        },
+        [
+            {"id": "a", "input": "alpha", "target": "alpha"},
+            {"id": "c", "input": "gamma", "target": "gamma"},
+        ],
+    )
+    store = open_store(home)
+    plan = plan_run(path, home, store, RunOptions())
+    await make_runner(plan, store, tmp_path, models=flaky({"alpha": 1, "gamma": 9})).run()
+    tracing.tracer().flush()
+    finished = spans.get_finished_spans()
+    by_id, parent = _tree(finished)
+    samples = {
+        s.attributes["coterie.eval.sample"]: s for s in finished if s.name == "eval_sample retry"
+    }
+    ok, failed = samples["a"], samples["c"]
+    assert (ok.attributes["coterie.eval.status"], ok.attributes["coterie.eval.attempts"]) == (
+        "ok",
+        2,
+    )
+    assert ok.status.is_ok and ok.attributes["coterie.eval.score"] == 1.0
+    assert failed.attributes["coterie.eval.status"] == "error"
+    assert failed.attributes["coterie.eval.attempts"] == 3
+    assert failed.status.is_ok is False
+    assert "upstream broke" in (failed.status.description or "")
+    assert "coterie.eval.score" not in failed.attributes  # an error is never scored
+    for sample, attempts in ((ok, 2), (failed, 3)):
+        turns = [
+            by_id[i]
+            for i, p in parent.items()
+            if p == sample.context.span_id and by_id[i].name.startswith("invoke_agent")
+        ]
+        assert len(turns) == attempts
+        # Each attempt is its own conversation, tagged with its number.
+        assert sorted(t.attributes["gen_ai.conversation.id"][-1] for t in turns) == [
+            str(n) for n in range(1, attempts + 1)
+        ]

@@ -41,6 +41,9 @@ from coterie.runtime.eval.scorers import Scorer, ScorerError
 from coterie.runtime.eval.store import EvalStore
 from coterie.runtime.eval.task import EvalTask, Sample
 from coterie.runtime.eval.worker import SampleJob, SampleRun, SampleWorker, SolverSetup
+from coterie.runtime.tracing import Carrier, active
+from coterie.runtime.tracing import carrier as span_carrier
+from coterie.runtime.tracing.spans import finish_sample, start_sample
 
 log = logging.getLogger("coterie.eval")
 
@@ -54,7 +57,9 @@ class Executor(Protocol):
 
     async def run(self, job: SampleJob) -> SampleRun: ...
 
-    async def grade(self, grader: str, prompt: str, conversation_id: str) -> str: ...
+    async def grade(
+        self, grader: str, prompt: str, conversation_id: str, trace: Carrier | None = None
+    ) -> str: ...
 
     async def aclose(self) -> None: ...
 
@@ -72,8 +77,10 @@ class LocalExecutor:
     async def run(self, job: SampleJob) -> SampleRun:
         return await self.worker.run(job)
 
-    async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
-        return await self.worker.grade(grader, prompt, conversation_id)
+    async def grade(
+        self, grader: str, prompt: str, conversation_id: str, trace: Carrier | None = None
+    ) -> str:
+        return await self.worker.grade(grader, prompt, conversation_id, trace)
 
     async def aclose(self) -> None:
         await self.worker.aclose()
@@ -267,16 +274,33 @@ class EvalRunner:
             self.progress.in_flight += 1
             self._tick()
             result: SampleResult | None = None
+            span = start_sample(
+                run_id=self.run_record.run_id, task=self.task.name, sample_id=sample.id, epoch=epoch
+            )
+            # Not a result unless it finishes: stopped by the budget, or interrupted.
+            status, problem = "interrupted", None
             try:
-                result = await self._attempts(sample, epoch)
+                with active(span):
+                    result = await self._attempts(sample, epoch)
             except (BudgetExceededError, _Stopped) as exc:
                 # Not a result: a resume runs the sample again.
                 log.info("sample %s/%s stopped: %s", sample.id, epoch, exc)
+                status, problem = "stopped", str(exc)
                 if self.progress.stopped is None:
                     self.progress.stopped = str(exc)
                 queue.clear()
             finally:
                 self.progress.in_flight -= 1
+                first = result.scores[0] if result is not None and result.scores else None
+                finish_sample(
+                    span,
+                    status=result.status if result is not None else status,
+                    attempts=result.attempts if result is not None else 0,
+                    limit=result.limit if result is not None else None,
+                    error=result.error if result is not None else problem,
+                    scorer=first.scorer if first is not None else None,
+                    score=first.value if first is not None else None,
+                )
             if result is not None:
                 self._count(result)
                 self._pending.append(result)
@@ -292,6 +316,7 @@ class EvalRunner:
                 attempt=attempt,
                 limits=self.task.limits,
                 pass_tag=self.pass_tag,
+                trace=span_carrier(),
             )
             run = await self.executor.run(job)
             if run.stopped is not None:
@@ -345,7 +370,9 @@ class EvalRunner:
             if grader is not None:
 
                 async def grade(prompt: str, grader: str = grader) -> str:
-                    return await self.executor.grade(grader, prompt, run.conversation_id)
+                    return await self.executor.grade(
+                        grader, prompt, run.conversation_id, span_carrier()
+                    )
 
             try:
                 score = await scorer.score(job.sample, run.output, grade=grade)

@@ -82,6 +82,9 @@ class SampleJob(BaseModel):
     # Set when a run is resumed: its attempts get conversations of their own
     # (an attempt cut off by the interruption keeps its transcript apart).
     pass_tag: str = ""
+    # The trace context of the sample's span in the driver (W3C fields; None
+    # when the driver does not trace): the sample's turn is its child.
+    trace: dict[str, str] | None = None
 
     @property
     def conversation_id(self) -> str:
@@ -211,6 +214,7 @@ class SampleWorker:
                 conversation_id=conv,
                 text=job.sample.input,
                 context="eval",
+                trace=job.trace,
             )
             try:
                 async with asyncio.timeout(job.limits.time_s):
@@ -256,8 +260,15 @@ class SampleWorker:
         )
         return run, refused
 
-    async def grade(self, grader: str, prompt: str, conversation_id: str) -> str:
-        """One turn of the grader persona on ``prompt``; its reply text.
+    async def grade(
+        self,
+        grader: str,
+        prompt: str,
+        conversation_id: str,
+        trace: dict[str, str] | None = None,
+    ) -> str:
+        """One turn of the grader persona on ``prompt``; its reply text
+        (its span a child of ``trace``, the graded sample's).
 
         Its conversation is ``eval:grade:<graded conversation>-<nonce>:1:1``;
         raises :class:`BudgetExceededError` when the run's budget refused it."""
@@ -266,6 +277,7 @@ class SampleWorker:
             sample=Sample(id=f"{safe_name(conversation_id)}-{secrets.token_hex(3)}", input=prompt),
             epoch=1,
             solver=grader,
+            trace=trace,
         )
         run, refused = await self._run(job)
         if refused is not None:

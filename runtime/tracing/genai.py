@@ -49,9 +49,15 @@ BILLED_TO: Final = "coterie.billed_to"
 DURATION_MS: Final = "coterie.duration_ms"
 SCHEDULE_KIND: Final = "coterie.schedule.kind"
 SCHEDULE_NAME: Final = "coterie.schedule.name"
+EVAL_RUN: Final = "coterie.eval.run"
 EVAL_TASK: Final = "coterie.eval.task"
 EVAL_SAMPLE: Final = "coterie.eval.sample"
-EVAL_SOLVER: Final = "coterie.eval.solver"
+EVAL_EPOCH: Final = "coterie.eval.epoch"
+EVAL_ATTEMPTS: Final = "coterie.eval.attempts"
+EVAL_STATUS: Final = "coterie.eval.status"
+EVAL_LIMIT: Final = "coterie.eval.limit"
+EVAL_SCORE: Final = "coterie.eval.score"
+EVAL_SCORER: Final = "coterie.eval.scorer"
 
 
 def agent_span(persona: str) -> str:
@@ -62,6 +68,11 @@ def agent_span(persona: str) -> str:
 def chat_span(model: str) -> str:
     """The name of a model call's span."""
     return f"chat {model}"
+
+
+def sample_span(task: str) -> str:
+    """The name of an eval sample's span (one sample, one epoch, all its attempts)."""
+    return f"eval_sample {task}"
 
 
 def tool_span(tool: str) -> str:

@@ -140,4 +140,60 @@ def finish_tool(span: Span, *, error_kind: str | None, duration_ms: float, resul
     span.end()
 
 
-__all__ = ["finish_chat", "finish_tool", "finish_turn", "start_chat", "start_tool", "start_turn"]
+def start_sample(*, run_id: str, task: str, sample_id: str, epoch: int) -> Span:
+    """An ``eval_sample {task}`` span: one sample in one epoch, its attempts
+    and its scoring (the first span of its own trace: an eval run has many)."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    return active.start(
+        g.sample_span(task),
+        parent=ROOT,
+        attributes={
+            g.OPERATION: "eval_sample",
+            g.EVAL_RUN: run_id,
+            g.EVAL_TASK: task,
+            g.EVAL_SAMPLE: sample_id,
+            g.EVAL_EPOCH: epoch,
+        },
+    )
+
+
+def finish_sample(
+    span: Span,
+    *,
+    status: str,
+    attempts: int,
+    limit: str | None,
+    error: str | None,
+    scorer: str | None,
+    score: float | None,
+) -> None:
+    """End a sample's span with its result: status (``ok``, ``limit``,
+    ``error``), the attempts it took, and its first scorer's value."""
+    if not span.recording:
+        return
+    span.update(
+        {
+            g.EVAL_STATUS: status,
+            g.EVAL_ATTEMPTS: attempts,
+            g.EVAL_LIMIT: limit,
+            g.EVAL_SCORER: scorer,
+            g.EVAL_SCORE: score,
+        }
+    )
+    if status == "error":
+        span.fail("sample_error", error)
+    span.end()
+
+
+__all__ = [
+    "finish_chat",
+    "finish_sample",
+    "finish_tool",
+    "finish_turn",
+    "start_chat",
+    "start_sample",
+    "start_tool",
+    "start_turn",
+]
