@@ -339,3 +339,34 @@ async def test_a_retried_sample_s_attempts_are_under_its_span(
         assert sorted(t.attributes["gen_ai.conversation.id"][-1] for t in turns) == [
             str(n) for n in range(1, attempts + 1)
         ]
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (
+            {"traceparent": f"00-{'a' * 32}-{'b' * 16}-01"},
+            {"traceparent": f"00-{'a' * 32}-{'b' * 16}-01"},
+        ),
+        (
+            {"traceparent": f"00-{'a' * 32}-{'b' * 16}-00", "tracestate": "vendor=x"},
+            {"traceparent": f"00-{'a' * 32}-{'b' * 16}-00", "tracestate": "vendor=x"},
+        ),
+        # A tracestate past the W3C length is dropped; the parent is kept.
+        (
+            {"traceparent": f"00-{'a' * 32}-{'b' * 16}-01", "tracestate": "v=" + "x" * 600},
+            {"traceparent": f"00-{'a' * 32}-{'b' * 16}-01"},
+        ),
+        ({}, None),
+        ({"traceparent": f"00-{'A' * 32}-{'b' * 16}-01"}, None),  # upper-case hex
+        ({"traceparent": f"ff-{'a' * 32}-{'b' * 16}-01"}, None),  # the forbidden version
+        ({"traceparent": f"00-{'0' * 32}-{'b' * 16}-01"}, None),  # an all-zero trace id
+        ({"traceparent": f"00-{'a' * 32}-{'0' * 16}-01"}, None),  # an all-zero parent id
+        ({"traceparent": f"00-{'a' * 31}-{'b' * 16}-01"}, None),  # too short
+        ({"traceparent": "garbage", "tracestate": "v=1"}, None),
+    ],
+)
+def test_an_incoming_traceparent_is_used_only_when_valid(
+    headers: dict[str, str], expected: dict[str, str] | None
+) -> None:
+    assert tracing.incoming(headers) == expected

@@ -8,8 +8,10 @@ right parents, the token counts the audit log has for the same span ids.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import secrets
 import socket
 import subprocess
 import urllib.error
@@ -17,11 +19,15 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import pytest
+import yaml
+from aiohttp.test_utils import TestServer
 
 from coterie import Runtime
 from coterie.runtime import tracing
-from coterie.runtime.config import RuntimeSettings, TracingSettings
+from coterie.runtime.config import RuntimeSettings, ServeSettings, TracingSettings
+from coterie.runtime.serve.app import build_app, set_backend
 from tests.external import PHOENIX, require
 from tests.helpers import poll, scripted, write_persona
 
@@ -110,6 +116,7 @@ def rt(tmp_path_factory: pytest.TempPathFactory, phoenix: str) -> Iterator[Runti
             ],
         ),
     )
+    write_persona(home, "tr-plain", scripted(default="plain answer"))
     write_persona(
         home,
         "tr-back",
@@ -239,3 +246,144 @@ def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
         assert attrs["gen_ai.usage.input_tokens"] > 0
         tokens = (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"])
         assert calls[chat["context"]["span_id"]] == tokens
+
+
+def all_spans(base: str) -> list[Span]:
+    """Every span Phoenix holds (of every trace)."""
+    found: list[Span] = []
+    cursor = None
+    while True:
+        query = "limit=1000" + (f"&cursor={cursor}" if cursor else "")
+        page = get_json(f"{base}/v1/projects/default/spans?{query}")
+        found += page["data"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return found
+
+
+def test_an_eval_run_on_ray_sends_one_trace_per_sample(
+    rt: Runtime, phoenix: str, tmp_path: Any
+) -> None:
+    (tmp_path / "data.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"s{n}", "input": f"question {n}", "target": "plain"}) + "\n"
+            for n in (1, 2)
+        )
+    )
+    task = {
+        "name": "traced-eval",
+        "dataset": {"path": "data.jsonl"},
+        "solver": {"persona": "tr-plain"},
+        "scorers": [{"type": "includes"}],
+    }
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
+    report = rt.eval(tmp_path / "task.yaml", workers=1)
+    rt.flush()
+    tracing.tracer().flush()  # the driver's: the samples' spans are its own
+    run_id = report.run.run_id
+
+    def arrived() -> list[Span] | None:
+        spans = all_spans(phoenix)
+        samples = [
+            s
+            for s in spans
+            if s["name"] == "eval_sample traced-eval"
+            and s["attributes"].get("coterie.eval.run") == run_id
+        ]
+        traces = {s["context"]["trace_id"] for s in samples}
+        turns = [
+            s
+            for s in spans
+            if s["context"]["trace_id"] in traces and s["name"] == "invoke_agent tr-plain"
+        ]
+        return spans if (len(samples), len(turns)) == (2, 2) else None
+
+    spans = poll(arrived, 60, "the eval samples' spans in Phoenix")
+    samples = [s for s in spans if s["attributes"].get("coterie.eval.run") == run_id]
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    assert sorted(s["attributes"]["coterie.eval.sample"] for s in samples) == ["s1", "s2"]
+    assert len({s["context"]["trace_id"] for s in samples}) == 2
+    for sample in samples:
+        assert sample["parent_id"] is None
+        assert sample["attributes"]["coterie.eval.status"] == "ok"
+        assert sample["attributes"]["coterie.eval.score"] == 1.0
+        (turn,) = [
+            s
+            for s in spans
+            if s["name"] == "invoke_agent tr-plain"
+            and s["context"]["trace_id"] == sample["context"]["trace_id"]
+        ]
+        # The turn ran in an eval worker actor, under the driver's sample span.
+        assert by_id[turn["parent_id"]] is sample
+        assert turn["attributes"]["coterie.turn.context"] == "eval"
+
+
+def test_a_request_to_coterie_serve_continues_the_caller_s_trace(
+    rt: Runtime, phoenix: str, tmp_path: Any
+) -> None:
+    caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+
+    async def post() -> list[tuple[int, str]]:
+        app = build_app(rt.home, ServeSettings(), token="t0ken")
+        set_backend(app, rt)
+        server = TestServer(app)
+        await server.start_server()
+        out = []
+        try:
+            async with aiohttp.ClientSession(headers={"Authorization": "Bearer t0ken"}) as http:
+                for conversation, parent in (
+                    ("tr-plain:w3c", f"00-{caller_trace}-{caller_span}-01"),
+                    # Not W3C (upper-case hex): a new trace, not a refusal.
+                    ("tr-plain:bad", f"00-{caller_trace.upper()}-{caller_span}-01"),
+                ):
+                    async with http.post(
+                        server.make_url("/v1/personas/tr-plain/messages"),
+                        json={"text": "hello", "conversation_id": conversation},
+                        headers={"traceparent": parent},
+                    ) as response:
+                        out.append((response.status, (await response.json())["reply"]["text"]))
+                async with http.post(
+                    server.make_url("/v1/chat/completions"),
+                    json={"model": "tr-plain", "messages": [{"role": "user", "content": "hi"}]},
+                    headers={"traceparent": f"00-{caller_trace}-{caller_span}-01"},
+                ) as response:
+                    body = await response.json()
+                    out.append((response.status, body["choices"][0]["message"]["content"]))
+        finally:
+            await server.close()
+        return out
+
+    assert asyncio.run(post()) == [(200, "plain answer")] * 3
+    rt.flush()
+    tracing.tracer().flush()  # the server's spans: this process's
+
+    def arrived() -> list[Span] | None:
+        spans = all_spans(phoenix)
+        posts = [s for s in spans if s["name"].startswith("POST /v1/")]
+        return spans if len(posts) >= 3 else None
+
+    spans = poll(arrived, 60, "the requests' spans in Phoenix")
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    message = "POST /v1/personas/{name}/messages"
+    continued = [s for s in spans if s["context"]["trace_id"] == caller_trace]
+    names = sorted(s["name"] for s in continued if s["name"].startswith("POST "))
+    assert names == ["POST /v1/chat/completions", message]
+    for request in (s for s in continued if s["name"].startswith("POST ")):
+        # The caller's span is the parent (Phoenix does not hold it: it is the caller's).
+        assert request["parent_id"] == caller_span
+        assert request["attributes"]["http.route"] == request["name"].removeprefix("POST ")
+        assert request["attributes"]["http.request.method"] == "POST"
+        assert request["attributes"]["http.response.status_code"] == 200
+        (turn,) = [s for s in continued if s["parent_id"] == request["context"]["span_id"]]
+        assert turn["name"] == "invoke_agent tr-plain"
+        assert by_id[turn["parent_id"]] is request
+    (fresh,) = [
+        s
+        for s in spans
+        if s["name"] == message
+        and s["attributes"].get("url.path") == "/v1/personas/tr-plain/messages"
+        and s["context"]["trace_id"] != caller_trace
+    ]
+    assert fresh["parent_id"] is None
+    (turn,) = [s for s in spans if s["parent_id"] == fresh["context"]["span_id"]]
+    assert turn["attributes"]["gen_ai.conversation.id"] == "tr-plain:bad"

@@ -77,6 +77,7 @@ from coterie.runtime.serve.http import (
     open_sse,
     read_body,
     sse_event,
+    trace_middleware,
     valid_id,
 )
 from coterie.runtime.usage.report import UsageQuery, parse_grouping, parse_since, usage_report
@@ -446,7 +447,9 @@ def build_app(
     mailboxes: dict[str, MailboxConnector] | None = None,
 ) -> web.Application:
     """The front door's app; it answers 503 on ``/v1`` until :func:`set_backend`."""
-    app = web.Application(middlewares=[api_middleware], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[trace_middleware, api_middleware], client_max_size=settings.max_body_bytes
+    )
     app[STATE] = ServerState(home, settings, token, mailboxes or {})
     app.router.add_get("/v1/health", health)
     app.router.add_get("/v1/status", status)

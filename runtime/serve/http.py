@@ -32,6 +32,8 @@ from coterie.runtime.errors import (
 )
 from coterie.runtime.frontdoor import FrontDoor
 from coterie.runtime.serve.auth import request_authorized
+from coterie.runtime.tracing import active, incoming, tracer
+from coterie.runtime.tracing.spans import finish_request, start_request
 
 log = logging.getLogger("coterie.serve")
 
@@ -227,6 +229,28 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         return ApiError(500, "internal", f"{type(exc).__name__}: {exc}").response()
 
 
+@web.middleware
+async def trace_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A server span for each ``POST /v1/...`` (what asks a persona or
+    decides for one), a child of the caller's ``traceparent``; the turns it
+    starts are its children. Nothing when this process does not trace."""
+    if not (tracer().enabled and request.method == "POST" and request.path.startswith("/v1/")):
+        return await handler(request)
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else request.path
+    span = start_request(
+        method=request.method, route=route, path=request.path, parent=incoming(request.headers)
+    )
+    status = 500
+    try:
+        with active(span):
+            response = await handler(request)
+        status = response.status
+        return response
+    finally:
+        finish_request(span, status=status)
+
+
 class InFlight:
     """Counts a conversation's messages waiting through the API (409 beyond the cap)."""
 
@@ -291,5 +315,6 @@ __all__ = [
     "open_sse",
     "read_body",
     "sse_event",
+    "trace_middleware",
     "valid_id",
 ]

@@ -24,6 +24,7 @@ Audit rows carry the trace and span ids of the span they were recorded in
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -168,6 +169,28 @@ def carrier() -> Carrier | None:
     return _current.get().carrier()
 
 
+_TRACEPARENT = re.compile(
+    r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}"
+)
+#: The longest ``tracestate`` passed on (the W3C limit a vendor must propagate).
+TRACESTATE_MAX = 512
+
+
+def incoming(headers: Mapping[str, str]) -> Carrier | None:
+    """The W3C trace context a caller sent (``traceparent``, ``tracestate``
+    headers), or None when it sent none or one that is not valid W3C
+    (lowercase hex, version not ``ff``, ids not all zeros): a request with
+    a broken header starts a new trace, it is not refused."""
+    parent = headers.get("traceparent", "").strip()
+    if not _TRACEPARENT.fullmatch(parent):
+        return None
+    out: Carrier = {"traceparent": parent}
+    state = headers.get("tracestate", "").strip()
+    if state and len(state) <= TRACESTATE_MAX:
+        out["tracestate"] = state
+    return out
+
+
 def ids() -> tuple[str | None, str | None]:
     """The running span's trace id and span id (hex), for an audit row."""
     span = _current.get()
@@ -185,6 +208,7 @@ __all__ = [
     "carrier",
     "current",
     "ids",
+    "incoming",
     "install",
     "setup",
     "tracer",

@@ -32,6 +32,11 @@ TOOL_TYPE: Final = "gen_ai.tool.type"
 TOOL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 TOOL_RESULT: Final = "gen_ai.tool.call.result"
 ERROR_TYPE: Final = "error.type"
+# HTTP server spans (the stable HTTP conventions): ``coterie serve``.
+HTTP_METHOD: Final = "http.request.method"
+HTTP_ROUTE: Final = "http.route"
+HTTP_STATUS: Final = "http.response.status_code"
+URL_PATH: Final = "url.path"
 
 # coterie's own.
 TURN_ID: Final = "coterie.turn.id"

@@ -187,12 +187,39 @@ def finish_sample(
     span.end()
 
 
+def start_request(*, method: str, route: str, path: str, parent: Carrier | None) -> Span:
+    """A server span ``{method} {route}`` for one HTTP request to ``coterie
+    serve``: a child of the caller's trace context (:func:`incoming`), else
+    the first span of a new trace."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    return active.start(
+        f"{method} {route}",
+        parent=parent or ROOT,
+        kind="server",
+        attributes={g.HTTP_METHOD: method, g.HTTP_ROUTE: route, g.URL_PATH: path},
+    )
+
+
+def finish_request(span: Span, *, status: int) -> None:
+    """End a request's span with its response status (a 5xx fails it)."""
+    if not span.recording:
+        return
+    span.set(g.HTTP_STATUS, status)
+    if status >= 500:
+        span.fail(str(status))
+    span.end()
+
+
 __all__ = [
     "finish_chat",
+    "finish_request",
     "finish_sample",
     "finish_tool",
     "finish_turn",
     "start_chat",
+    "start_request",
     "start_sample",
     "start_tool",
     "start_turn",
