@@ -18,11 +18,13 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from coterie.actors._ray import audit_buffer_for, remote
+from coterie.runtime import tracing
 from coterie.runtime.delegation import Work, WorkOutcome
 from coterie.runtime.delegation.acp.records import AgentPermission, AskPermission
 from coterie.runtime.delegation.coding import ChargedWork, CodingAgentRun
 from coterie.runtime.delegation.records import AgentAsk, CodingRequest
 from coterie.runtime.services import AuditSink, BudgetService
+from coterie.runtime.tracing.settings import TracingSettings
 
 
 def _ask_through(asker: Any, request: CodingRequest) -> AskPermission:
@@ -39,7 +41,11 @@ def _ask_through(asker: Any, request: CodingRequest) -> AskPermission:
 class CodingAgentActor:
     """One delegation's process: start the session, run the task once."""
 
-    def __init__(self, audit_actor: str, namespace: str) -> None:
+    def __init__(
+        self, audit_actor: str, namespace: str, traced: TracingSettings | None = None
+    ) -> None:
+        # Once per process; a no-op tracer (no SDK imported) unless tracing is on.
+        tracing.setup(traced or TracingSettings(enabled=False), process="coding_agent")
         self.buffer = audit_buffer_for(ray.get_actor(audit_actor, namespace=namespace))
         self.current: CodingAgentRun | None = None
 
@@ -77,6 +83,8 @@ class CodingAgentActor:
         if self.current is not None:
             await self.current.close()
         await self.buffer.aclose()
+        # Killed once it has reported: its spans go first (the export blocks).
+        await asyncio.to_thread(tracing.tracer().shutdown)
 
 
 CodingAgentActorRemote = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(
@@ -121,10 +129,13 @@ class RayCodingAgents:
         budget: BudgetService | None = None,
         audit: AuditSink | None = None,
         asker: Any = None,
+        traced: TracingSettings | None = None,
     ) -> None:
         """``asker``: the persona actor an agent's permission requests go to
-        under ``permissions: ask`` (its ``agent_permission`` method)."""
+        under ``permissions: ask`` (its ``agent_permission`` method);
+        ``traced``: the runtime's tracing settings, for each agent's actor."""
         self.asker = asker
+        self.traced = traced
         self.audit_actor = audit_actor
         self.namespace = namespace
         # The persona's budgets and audit buffer: an agent's reported cost
@@ -137,7 +148,7 @@ class RayCodingAgents:
     async def launch(self, request: CodingRequest) -> Work:
         actor: Any = CodingAgentActorRemote.options(  # type: ignore[attr-defined]
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False),
-        ).remote(self.audit_actor, self.namespace)
+        ).remote(self.audit_actor, self.namespace, self.traced)
         try:
             await remote(actor.start.remote(request.model_dump_json(), self.asker))
         except BaseException:

@@ -186,6 +186,7 @@ class PersonaActor:
                     audit=self.buffer,
                     # An agent's requests under permissions: ask come back here.
                     asker=ray.get_runtime_context().current_actor,
+                    traced=settings.tracing,
                 ),
                 # One McpServer actor per server, on this node; shared ones from the router.
                 mcp_clients=RayMcpClients(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -58,6 +59,31 @@ def ray_metrics_url(ray_session: None) -> str:
     node_id = ray.get_runtime_context().get_node_id()
     (node,) = [n for n in ray.nodes() if n["NodeID"] == node_id]
     return f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """This process traces into memory while the test runs (content captured);
+    the exporter, whose ``get_finished_spans()`` the test reads."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from coterie.runtime import tracing
+    from coterie.runtime.config import TracingSettings
+    from coterie.runtime.tracing.otel import OtelTracer
+
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer(
+        TracingSettings(enabled=True, service_name="t", capture_content=True),
+        process="test",
+        attributes={},
+        exporter=exporter,
+    )
+    old = tracing.install(tracer)
+    try:
+        yield exporter
+    finally:
+        tracing.install(old)
+        tracer.shutdown()
 
 
 def pytest_configure(config: pytest.Config) -> None:

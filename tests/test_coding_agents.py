@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
+from coterie.runtime import tracing
 from coterie.runtime.config import BudgetSettings, RuntimeSettings, load_persona
 from coterie.runtime.delegation.coding import LocalCodingAgents
 from coterie.runtime.errors import BudgetExceededError
@@ -614,3 +615,61 @@ async def test_claude_asks_before_its_shell_command_and_a_person_approves(
     assert "Done: the command ran." in wake
     assert re.search(r"permissions: [1-9]\d* allowed, 0 denied", wake), wake
     await rt.aclose()
+
+
+# -- traced ------------------------------------------------------------------
+
+
+@needs_claude
+async def test_a_coding_agent_is_a_child_span_with_its_updates_as_events(
+    tmp_path: Path, spans: Any
+) -> None:
+    async with AnthropicStreamServer() as server:
+        rt, audit = make(tmp_path)
+        target = rt.persona.workspace.resolve() / "hello.txt"
+        server.add(
+            When(contains="TASK-WRITE", step=1, has_tools=True),
+            Reply(
+                text="Writing it.",
+                tool_calls=[
+                    ToolUse(name="Write", input={"file_path": str(target), "content": "hi\n"})
+                ],
+            ),
+        )
+        server.add(When(contains="TASK-WRITE", step=2), Reply(text="Done: hello.txt written."))
+        write_roster(tmp_path, {"claude": claude_entry(server)})
+        await rt.handle(ask(order(task="TASK-WRITE: create hello.txt saying hi")))
+        await settle(rt)
+        await rt.aclose()
+    assert target.read_text() == "hi\n"
+    tracing.tracer().flush()
+    finished = spans.get_finished_spans()
+    parent = {s.context.span_id: s.parent.span_id if s.parent else None for s in finished}
+    (started,) = [s for s in finished if s.name == "execute_tool start_coding_agent"]
+    (agent,) = [s for s in finished if s.name == "invoke_agent claude"]
+    assert parent[agent.context.span_id] == started.context.span_id
+    attrs = agent.attributes
+    assert attrs["gen_ai.provider.name"] == "acp"
+    assert attrs["gen_ai.agent.id"].startswith("acp_")
+    assert attrs["coterie.turn.status"] == "ok" and agent.status.is_ok
+    assert attrs["gen_ai.response.finish_reasons"] == ("end_turn",)
+    assert attrs["coterie.acp.files_changed"] == 1
+    (call,) = agent_calls(audit)
+    # The tokens the agent reported, as the audit log has them.
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (
+        call.input_tokens,
+        call.output_tokens,
+    )
+    kinds = [e.name for e in agent.events]
+    assert "acp.tool_call" in kinds and "acp.permission" in kinds and "acp.message" in kinds
+    (message,) = [
+        e for e in agent.events if e.attributes.get("coterie.acp.text", "").startswith("Done")
+    ]
+    assert message.attributes["coterie.acp.update"] == "message"
+    # The turn its report woke is a child of the call that started it too.
+    woken = [
+        s
+        for s in finished
+        if s.name == "invoke_agent coder" and parent[s.context.span_id] == started.context.span_id
+    ]
+    assert len(woken) == 1

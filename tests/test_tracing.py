@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +19,9 @@ from coterie.runtime.errors import ConfigError
 from coterie.runtime.eval import RunOptions, open_store, plan_run
 from coterie.runtime.messages import AssistantMessage, MessageEnvelope
 from coterie.runtime.models.scripted import ScriptedModel, tool_call
-from coterie.runtime.tracing.otel import OtelTracer
 from tests.helpers import write_persona
 from tests.test_eval_runner import flaky, make_runner, write_task
 from tests.test_personas_hub import build, results
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracer = OtelTracer(
-        TracingSettings(enabled=True, service_name="t", capture_content=True),
-        process="test",
-        attributes={},
-        exporter=exporter,
-    )
-    old = tracing.install(tracer)
-    try:
-        yield exporter
-    finally:
-        tracing.install(old)
-        tracer.shutdown()
 
 
 def test_off_by_default_and_nothing_of_the_sdk_is_imported() -> None:

@@ -50,6 +50,8 @@ from coterie.runtime.messages import BudgetWarning, DelegationEvent, ModelCalled
 from coterie.runtime.services import AuditSink, BudgetService, NullAudit
 from coterie.runtime.shell.sandbox import Sandbox, SandboxChoice
 from coterie.runtime.tool import Deferred
+from coterie.runtime.tracing import NOOP, Span, active
+from coterie.runtime.tracing.spans import agent_update, finish_agent_run, start_agent_run
 
 if TYPE_CHECKING:
     from coterie.runtime.delegation.acp.records import AnyEvent, AskPermission, CodingResult
@@ -173,13 +175,37 @@ class CodingAgentRun:
         self.updates = 0
         self.last_tool: str | None = None
         self.plan: list[dict[str, Any]] = []
+        #: The agent's ``invoke_agent`` span, from start to the end of its task.
+        self.span: Span = NOOP
+        self._span_open = False
 
     async def start(self) -> None:
         """Spawn, ``initialize``, ``session/new``; raises ``AcpError`` (stopped)."""
-        await self.session.start()
+        request = self.request
+        self.span = start_agent_run(
+            agent=request.agent,
+            handle=request.handle,
+            persona=request.persona,
+            conversation_id=request.parent_conversation_id,
+            parent=request.trace,
+        )
+        self._span_open = True
+        try:
+            # The session's reader starts here: its updates are recorded in the span.
+            with active(self.span):
+                await self.session.start()
+        except BaseException as exc:
+            self._finish_span(status="error", error=f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _finish_span(self, **how: Any) -> None:
+        if self._span_open:
+            self._span_open = False
+            finish_agent_run(self.span, **how)
 
     def _record(self, phase: Any, data: dict[str, Any]) -> None:
         self.updates += 1
+        agent_update(self.span, str(data.get("type", phase)), data)
         self.audit.record(
             DelegationEvent(
                 persona=self.request.persona,
@@ -224,10 +250,19 @@ class CodingAgentRun:
 
     async def run(self) -> WorkOutcome:
         """Send the task; wait for the end of the turn (never raises for the agent)."""
-        result = await self.session.prompt(self.request.task)
-        self._flush_text()
-        self._record_usage(result)
-        return outcome_of(result, self.request.hidden)
+        with active(self.span):
+            result = await self.session.prompt(self.request.task)
+            self._flush_text()
+            self._record_usage(result)
+        outcome = outcome_of(result, self.request.hidden)
+        self._finish_span(
+            status=outcome.status,
+            error=outcome.error,
+            usage=result.usage,
+            stop_reason=result.stop_reason,
+            files_changed=len(result.files_changed),
+        )
+        return outcome
 
     def _record_usage(self, result: CodingResult) -> None:
         usage = result.usage
@@ -288,6 +323,8 @@ class CodingAgentRun:
         self._flush_text()
         await self.session.close()
         await self.audit.flush()
+        # Closed before its task ended (cancelled, or its persona stopping).
+        self._finish_span(status="cancelled", error="closed before its task ended")
 
 
 class ChargedWork:

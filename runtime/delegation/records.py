@@ -147,6 +147,8 @@ class CodingRequest(BaseModel):
     persona_dir: str | None = None
     home: str | None = None
     network: bool = False
+    #: The trace context of the ``start_coding_agent`` call: the agent's span is its child.
+    trace: dict[str, str] | None = Field(default_factory=tracing.carrier)
 
 
 class AgentAsk(BaseModel):

@@ -140,6 +140,83 @@ def finish_tool(span: Span, *, error_kind: str | None, duration_ms: float, resul
     span.end()
 
 
+def start_agent_run(
+    *, agent: str, handle: str, persona: str, conversation_id: str, parent: Carrier | None
+) -> Span:
+    """An ``invoke_agent {agent}`` client span for one coding-agent
+    delegation (an external agent over ACP): a child of the
+    ``start_coding_agent`` call (``parent``, the request's trace context)."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    return active.start(
+        g.agent_span(agent),
+        parent=parent or ROOT,
+        kind="client",
+        attributes={
+            g.OPERATION: "invoke_agent",
+            g.PROVIDER: "acp",
+            g.AGENT_NAME: agent,
+            g.AGENT_ID: handle,
+            g.CONVERSATION: conversation_id,
+            g.TURN_CONTEXT: "coding_agent",
+            g.SENDER: persona,
+        },
+    )
+
+
+def agent_update(span: Span, kind: str, body: Mapping[str, Any]) -> None:
+    """One session update of a coding agent as an event on its span: its
+    type, a tool call's title and status; text (already redacted) only
+    under ``tracing.capture_content``."""
+    if not span.recording:
+        return
+    attributes: dict[str, AttributeValue | None] = {g.ACP_UPDATE: kind}
+    for key, name in (("title", g.ACP_TITLE), ("status", g.ACP_STATUS)):
+        value = body.get(key)
+        if isinstance(value, str):
+            attributes[name] = value
+    text = body.get("text")
+    if isinstance(text, str) and tracer().capture_content:
+        attributes[g.ACP_TEXT] = text
+    span.event(f"acp.{kind}", attributes)
+
+
+def finish_agent_run(
+    span: Span,
+    *,
+    status: str,
+    error: str | None,
+    usage: Any = None,
+    stop_reason: str | None = None,
+    files_changed: int | None = None,
+) -> None:
+    """End a coding agent's span: how it ended, the tokens and cost it
+    reported (an ACP usage record, when it sent one)."""
+    if not span.recording:
+        return
+    span.update(
+        {
+            g.TURN_STATUS: status,
+            g.FINISH_REASONS: [stop_reason] if stop_reason else None,
+            g.ACP_FILES_CHANGED: files_changed,
+        }
+    )
+    if usage is not None:
+        span.update(
+            {
+                g.INPUT_TOKENS: usage.input_tokens,
+                g.OUTPUT_TOKENS: usage.output_tokens + usage.thought_tokens,
+                g.CACHE_READ_TOKENS: usage.cache_read_tokens,
+                g.CACHE_WRITE_TOKENS: usage.cache_write_tokens,
+                g.COST_USD: usage.cost_usd,
+            }
+        )
+    if status != "ok":
+        span.fail(status, error)
+    span.end()
+
+
 def start_sample(*, run_id: str, task: str, sample_id: str, epoch: int) -> Span:
     """An ``eval_sample {task}`` span: one sample in one epoch, its attempts
     and its scoring (the first span of its own trace: an eval run has many)."""
@@ -213,11 +290,14 @@ def finish_request(span: Span, *, status: int) -> None:
 
 
 __all__ = [
+    "agent_update",
+    "finish_agent_run",
     "finish_chat",
     "finish_request",
     "finish_sample",
     "finish_tool",
     "finish_turn",
+    "start_agent_run",
     "start_chat",
     "start_request",
     "start_sample",
