@@ -67,8 +67,10 @@ class McpServerActor:
     async def tools(self) -> str:
         return _dump(await self.session.tools())
 
-    async def call_tool(self, name: str, arguments: str, timeout: float | None) -> str:
-        result = await self.session.call_tool(name, json.loads(arguments), timeout)
+    async def call_tool(
+        self, name: str, arguments: str, timeout: float | None, trace: dict[str, str] | None
+    ) -> str:
+        result = await self.session.call_tool(name, json.loads(arguments), timeout, trace)
         return result.model_dump_json()
 
     async def list_resources(self) -> str:
@@ -118,9 +120,13 @@ class RayMcpClient:
         return [McpToolInfo.model_validate(t) for t in json.loads(await self._call("tools"))]
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float | None = None,
+        trace: dict[str, str] | None = None,
     ) -> McpCallResult:
-        data = await self._call("call_tool", name, json.dumps(arguments), timeout)
+        data = await self._call("call_tool", name, json.dumps(arguments), timeout, trace)
         return McpCallResult.model_validate_json(data)
 
     async def list_resources(self) -> list[McpResourceInfo]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from coterie.runtime import tracing
 from coterie.runtime.config import load_persona
 from coterie.runtime.errors import ToolError
 from coterie.runtime.messages import MessageEnvelope, ToolFinished
@@ -339,3 +340,39 @@ def test_on_ray_a_wrong_mcp_json_is_a_clear_error(ray_home: tuple[Any, Path]) ->
     message = str(info.value)
     assert str(home / "personas" / "dave" / "mcp.json") in message
     assert "server 'x', field 'colour': unknown field" in message
+
+
+async def test_an_mcp_call_is_a_client_span_and_the_server_gets_its_context(
+    tmp_path: Path, spans: Any
+) -> None:
+    write_persona(
+        tmp_path,
+        "p",
+        persona_calling(call("bad__trace_meta"), call("bad__fail"), call("bad__hang")),
+    )
+    (tmp_path / "personas" / "p" / "mcp.json").write_text(
+        json.dumps(servers(bad=MISBEHAVE)), encoding="utf-8"
+    )
+    reply, audit, rt = await run_once(tmp_path, "p")
+    await rt.aclose()
+    assert reply.status == "ok"
+    tracing.tracer().flush()
+    finished = spans.get_finished_spans()
+    by_name = {s.name: s for s in finished}
+    for tool in ("trace_meta", "fail", "hang"):
+        request, parent = by_name[f"tools/call {tool}"], by_name[f"execute_tool bad__{tool}"]
+        # A child of the persona's tool call, in the same trace.
+        assert request.parent is not None and request.parent.span_id == parent.context.span_id
+        assert request.attributes["mcp.method.name"] == "tools/call"
+        assert request.attributes["gen_ai.tool.name"] == tool
+        assert request.attributes["coterie.mcp.server"] == "bad"
+    traced = by_name["tools/call trace_meta"]
+    # The server received the MCP request's own context in _meta.
+    trace_id = format(traced.context.trace_id, "032x")
+    span_id = format(traced.context.span_id, "016x")
+    received = results(audit)["bad__trace_meta"].result
+    assert received.startswith(f"00-{trace_id}-{span_id}-"), received
+    assert traced.status.is_ok
+    assert by_name["tools/call fail"].attributes["error.type"] == "tool_error"
+    assert by_name["tools/call hang"].attributes["error.type"] == "timeout"
+    assert by_name["tools/call hang"].status.is_ok is False

@@ -80,7 +80,11 @@ class StandIn:
         return list(self.tool_list)
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float | None = None,
+        trace: dict[str, str] | None = None,
     ) -> McpCallResult:
         self.calls.append((name, arguments))
         if name == "odd.name":

@@ -39,6 +39,7 @@ from coterie.runtime.mcp.records import (
     McpServerStatus,
     McpToolInfo,
 )
+from coterie.runtime.tracing.spans import finish_mcp, start_mcp
 
 log = logging.getLogger("coterie.mcp")
 
@@ -56,7 +57,11 @@ class McpClient(Protocol):
     async def tools(self) -> list[McpToolInfo]: ...
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float | None = None,
+        trace: dict[str, str] | None = None,
     ) -> McpCallResult: ...
 
     async def list_resources(self) -> list[McpResourceInfo]: ...
@@ -92,9 +97,13 @@ class LocalMcpClient:
         return await self.session.tools()
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float | None = None,
+        trace: dict[str, str] | None = None,
     ) -> McpCallResult:
-        return await self.session.call_tool(name, arguments, timeout)
+        return await self.session.call_tool(name, arguments, timeout, trace)
 
     async def list_resources(self) -> list[McpResourceInfo]:
         return await self.session.list_resources()
@@ -315,14 +324,31 @@ class McpHub:
         return entry.client
 
     async def call(self, server: str, tool: str, arguments: dict[str, Any]) -> McpCallResult:
-        """Call ``tool`` of ``server``; raises :class:`~runtime.errors.ToolError`."""
-        return await self._client(server).call_tool(tool, arguments)
+        """Call ``tool`` of ``server``; raises :class:`~runtime.errors.ToolError`.
+
+        A ``tools/call {tool}`` span; its trace context goes to the server
+        in the request's ``_meta`` (``traceparent``), as MCP's conventions ask."""
+        span = start_mcp(method="tools/call", target=tool, server=server)
+        try:
+            result = await self._client(server).call_tool(tool, arguments, trace=span.carrier())
+        except BaseException as exc:
+            finish_mcp(span, error=exc)
+            raise
+        finish_mcp(span, is_error=result.is_error)
+        return result
 
     async def list_resources(self, server: str) -> list[McpResourceInfo]:
         return await self._client(server).list_resources()
 
     async def read_resource(self, server: str, uri: str) -> list[McpContent]:
-        return await self._client(server).read_resource(uri)
+        span = start_mcp(method="resources/read", target=uri, server=server)
+        try:
+            contents = await self._client(server).read_resource(uri)
+        except BaseException as exc:
+            finish_mcp(span, error=exc)
+            raise
+        finish_mcp(span)
+        return contents
 
     async def list_prompts(self, server: str) -> list[McpPromptInfo]:
         return await self._client(server).list_prompts()
@@ -330,7 +356,14 @@ class McpHub:
     async def get_prompt(
         self, server: str, name: str, arguments: dict[str, str]
     ) -> McpPromptResult:
-        return await self._client(server).get_prompt(name, arguments)
+        span = start_mcp(method="prompts/get", target=name, server=server)
+        try:
+            prompt = await self._client(server).get_prompt(name, arguments)
+        except BaseException as exc:
+            finish_mcp(span, error=exc)
+            raise
+        finish_mcp(span)
+        return prompt
 
     async def aclose(self) -> None:
         """Stop every session this persona holds (shared ones stay up)."""

@@ -51,7 +51,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, assert_never, cast
 
 import anyio
 import anyio.abc
@@ -101,6 +101,7 @@ from coterie.runtime.mcp.records import (
 if TYPE_CHECKING:
     # The (read, write) pair a transport yields; only the protocol is public.
     from mcp.client._transport import TransportStreams
+    from mcp.types import RequestParamsMeta
 
 log = logging.getLogger("coterie.mcp")
 # Both log every request at INFO with its full URL (query strings, session ids):
@@ -265,9 +266,14 @@ class McpSession:
         return []
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float | None = None,
+        trace: dict[str, str] | None = None,
     ) -> McpCallResult:
-        """Call a tool; ``timeout`` defaults to ``launch.call_timeout``.
+        """Call a tool; ``timeout`` defaults to ``launch.call_timeout``;
+        ``trace`` (W3C fields) goes in the request's ``_meta``.
 
         An ``isError`` result is returned (``is_error``), not raised. Raises
         :class:`~runtime.errors.ToolError`: ``timeout`` (the session is
@@ -277,7 +283,10 @@ class McpSession:
         seconds = self._launch.call_timeout if timeout is None else timeout
 
         async def run(session: ClientSession) -> McpCallResult:
-            result = await session.call_tool(name, arguments, read_timeout_seconds=seconds)
+            meta = cast("RequestParamsMeta", dict(trace)) if trace else None
+            result = await session.call_tool(
+                name, arguments, read_timeout_seconds=seconds, meta=meta
+            )
             return call_result(result)
 
         return await self._request(f"call_tool {name!r}", run, seconds)

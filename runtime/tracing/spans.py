@@ -140,6 +140,36 @@ def finish_tool(span: Span, *, error_kind: str | None, duration_ms: float, resul
     span.end()
 
 
+def start_mcp(*, method: str, target: str, server: str) -> Span:
+    """A ``{method} {target}`` client span for one request to an MCP server
+    (``tools/call`` a tool, ``resources/read`` a URI, ``prompts/get`` a
+    prompt), a child of the running tool call's span."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    attributes: dict[str, AttributeValue | None] = {g.MCP_METHOD: method, g.MCP_SERVER: server}
+    if method == "tools/call":
+        attributes |= {g.OPERATION: "execute_tool", g.TOOL_NAME: target}
+    elif method == "resources/read":
+        attributes[g.MCP_RESOURCE_URI] = target
+    elif method == "prompts/get":
+        attributes[g.PROMPT_NAME] = target
+    return active.start(f"{method} {target}", kind="client", attributes=attributes)
+
+
+def finish_mcp(span: Span, *, error: BaseException | None = None, is_error: bool = False) -> None:
+    """End an MCP request's span: a :class:`~runtime.errors.ToolError`'s kind
+    (``timeout``, ``server_crashed``, ...) or ``tool_error`` for a result the
+    server marked ``isError``."""
+    if not span.recording:
+        return
+    if error is not None:
+        span.fail(str(getattr(error, "kind", None) or type(error).__name__), str(error))
+    elif is_error:
+        span.fail("tool_error")
+    span.end()
+
+
 def start_agent_run(
     *, agent: str, handle: str, persona: str, conversation_id: str, parent: Carrier | None
 ) -> Span:
@@ -293,12 +323,14 @@ __all__ = [
     "agent_update",
     "finish_agent_run",
     "finish_chat",
+    "finish_mcp",
     "finish_request",
     "finish_sample",
     "finish_tool",
     "finish_turn",
     "start_agent_run",
     "start_chat",
+    "start_mcp",
     "start_request",
     "start_sample",
     "start_tool",

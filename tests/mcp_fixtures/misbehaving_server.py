@@ -12,7 +12,7 @@ Tools:
   JSON-RPC error;
 - ``add_tool`` registers a tool and sends ``notifications/tools/list_changed``;
 - ``spawn_child`` leaves a child process behind; ``pid``, ``env`` and ``cwd``
-  describe the process.
+  describe the process; ``trace_meta`` answers the request's ``_meta`` traceparent.
 
 It writes :data:`STARTUP_STDERR` to stderr at startup. With ``--tools-only``
 it is instead a lowlevel server with one tool (``only``) and neither the
@@ -97,6 +97,13 @@ async def pid() -> int:
 async def env(name: str) -> str:
     """An environment variable of the server ("<unset>" when it has none)."""
     return os.environ.get(name, "<unset>")
+
+
+@server.tool()
+async def trace_meta(ctx: Context) -> str:
+    """The ``traceparent`` the request carried in its ``_meta`` (empty: none)."""
+    meta = ctx.request_context.meta or {}
+    return str(dict(meta).get("traceparent", ""))
 
 
 @server.tool()
