@@ -22,6 +22,7 @@ from coterie.actors._ray import actor_id, persona_actor_name, remote
 from coterie.actors.mcp import new_server_actor
 from coterie.actors.metrics import ray_meter
 from coterie.actors.persona import PersonaActorRemote
+from coterie.runtime import tracing
 from coterie.runtime.config import (
     Persona,
     Placement,
@@ -234,6 +235,10 @@ class RouterActor:
     ) -> None:
         # Before the roster reads a persona file: their providers are registered.
         load_here(plugins)
+        # Once per process; a no-op tracer (no SDK imported) unless tracing is on.
+        tracing.setup(
+            settings.tracing, process="router", attributes={"coterie.runtime": runtime_id}
+        )
         self.runtime_id = runtime_id
         self.host = RayPersonaHost(
             Path(home),
@@ -301,9 +306,10 @@ class RouterActor:
         )
         return [w.model_dump_json() for w in warnings]
 
-    async def resolve(self, name: str) -> Any:
-        """The actor handle of persona ``name``, activating it if needed."""
-        handle = await self.router.resolve(name)
+    async def resolve(self, name: str, trace: dict[str, str] | None = None) -> Any:
+        """The actor handle of persona ``name``, activating it if needed
+        (traced as a child of ``trace``, the caller's context)."""
+        handle = await self.router.resolve(name, trace)
         # A pinned persona whose nodes are all gone: say so now. Its actor,
         # waiting to restart, would hold a new caller's messages until one is back.
         placement = self.host.placements.get(name)
@@ -341,7 +347,11 @@ class RouterActor:
         return self.router.count()
 
     async def flush_all(self) -> int:
-        return await self.router.flush_all()
+        flushed = await self.router.flush_all()
+        traced = tracing.tracer()
+        if traced.enabled:  # its own spans too (on a thread: the export blocks)
+            await asyncio.to_thread(traced.flush)
+        return flushed
 
     async def stop_persona(self, name: str) -> bool:
         return await self.router.stop(name)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import pytest
 
+from coterie.runtime import tracing
 from coterie.runtime.config import RuntimeSettings, load_settings
 from coterie.runtime.errors import (
     ActorLostError,
@@ -720,3 +721,48 @@ async def test_personas_are_listed_by_pages(home: Path) -> None:
     assert [p.name for p in await r.personas(2, 2)] == ["di"]
     assert await r.personas(10, 5) == []
     assert (await r.personas(1, 1))[0].description == "bo's job"
+
+
+# -- tracing ---------------------------------------------------------------------
+
+
+async def test_starting_a_persona_is_a_span_under_the_caller_that_needed_it(
+    home: Path, spans: Any
+) -> None:
+    r, host = router(home, start_limit=1)
+    d: Directory[Handle] = Directory(FakeLink(r), sleep=no_sleep)
+    host.gate = asyncio.Event()
+    host.fail_next = RuntimeError("no worker")
+    caller = tracing.tracer().start("execute_tool ask_persona")
+    with tracing.active(caller):
+        first = asyncio.ensure_future(d.ask(envelope("one"), timeout=5))
+        second = asyncio.ensure_future(r.resolve("bo"))  # no caller's context: a trace of its own
+        await until(lambda: host.started == ["ana"])
+        host.gate.set()
+        with pytest.raises(RuntimeError, match="no worker"):
+            await first
+        assert (await second).name == "bo"
+        # The next message starts ana again; once up, it is not started (nor traced) again.
+        assert (await d.ask(envelope("two"), timeout=5)).text == "ana got two"
+        assert (await d.ask(envelope("three"), timeout=5)).text == "ana got three"
+    caller.end()
+    tracing.tracer().flush()
+    finished = spans.get_finished_spans()
+    starts = [s for s in finished if s.name.startswith("activate_persona ")]
+    assert sorted(s.name for s in starts) == [
+        "activate_persona ana",
+        "activate_persona ana",
+        "activate_persona bo",
+    ]
+    asked = caller.span_id
+    under = [s for s in starts if s.parent and format(s.parent.span_id, "016x") == asked]
+    assert sorted((s.name, s.status.is_ok) for s in under) == [
+        ("activate_persona ana", False),
+        ("activate_persona ana", True),
+    ]
+    failed = next(s for s in under if not s.status.is_ok)
+    assert failed.attributes["error.type"] == "RuntimeError"
+    (bo,) = [s for s in starts if s.name == "activate_persona bo"]
+    assert bo.parent is None
+    # bo waited for the one start slot that ana's first start held.
+    assert bo.attributes["coterie.activation.waited_ms"] > 0

@@ -193,7 +193,8 @@ def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
         spans = spans_of(phoenix, trace_id)
         chats = sum(s["name"] == "chat scripted" for s in spans)
         agents = sum(s["name"].startswith("invoke_agent ") for s in spans)
-        return spans if (chats, agents) == (len(calls), turns) else None
+        started = sum(s["name"] == "activate_persona tr-back" for s in spans)
+        return spans if (chats, agents, started) == (len(calls), turns, 1) else None
 
     spans = poll(arrived, 60, "the chain's spans in Phoenix")
     by_id = {s["context"]["span_id"]: s for s in spans}
@@ -221,6 +222,9 @@ def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
 
     assert front["parent_id"] is None
     assert parent(asked) is front
+    # The router, in its own actor, started tr-back's actor for the call that asked.
+    activated = one("activate_persona tr-back")
+    assert parent(activated) is asked
     # The callee's turn, in another actor's process, is a child of the call that asked.
     assert parent(back) is asked
     assert parent(calc) is back and parent(spawned) is back
@@ -359,8 +363,13 @@ def test_a_request_to_coterie_serve_continues_the_caller_s_trace(
 
     def arrived() -> list[Span] | None:
         spans = all_spans(phoenix)
-        posts = [s for s in spans if s["name"].startswith("POST /v1/")]
-        return spans if len(posts) >= 3 else None
+        posts = {s["context"]["span_id"] for s in spans if s["name"].startswith("POST /v1/")}
+        # Ingested one batch at a time: the personas' spans may come after the server's.
+        turns = [
+            s for s in spans if s["name"].startswith("invoke_agent ") and s["parent_id"] in posts
+        ]
+        started = [s for s in spans if s["name"] == "activate_persona tr-plain"]
+        return spans if (len(posts), len(turns), len(started)) == (3, 3, 1) else None
 
     spans = poll(arrived, 60, "the requests' spans in Phoenix")
     by_id = {s["context"]["span_id"]: s for s in spans}
@@ -374,9 +383,15 @@ def test_a_request_to_coterie_serve_continues_the_caller_s_trace(
         assert request["attributes"]["http.route"] == request["name"].removeprefix("POST ")
         assert request["attributes"]["http.request.method"] == "POST"
         assert request["attributes"]["http.response.status_code"] == 200
-        (turn,) = [s for s in continued if s["parent_id"] == request["context"]["span_id"]]
+        children = [s for s in continued if s["parent_id"] == request["context"]["span_id"]]
+        (turn,) = [s for s in children if s["name"].startswith("invoke_agent ")]
         assert turn["name"] == "invoke_agent tr-plain"
         assert by_id[turn["parent_id"]] is request
+    # The first request found tr-plain's actor down: the router's start is under it.
+    (activated,) = [s for s in spans if s["name"] == "activate_persona tr-plain"]
+    assert by_id[activated["parent_id"]]["attributes"]["url.path"] == (
+        "/v1/personas/tr-plain/messages"
+    )
     (fresh,) = [
         s
         for s in spans
@@ -385,5 +400,9 @@ def test_a_request_to_coterie_serve_continues_the_caller_s_trace(
         and s["context"]["trace_id"] != caller_trace
     ]
     assert fresh["parent_id"] is None
-    (turn,) = [s for s in spans if s["parent_id"] == fresh["context"]["span_id"]]
+    (turn,) = [
+        s
+        for s in spans
+        if s["parent_id"] == fresh["context"]["span_id"] and s["name"].startswith("invoke_agent")
+    ]
     assert turn["attributes"]["gen_ai.conversation.id"] == "tr-plain:bad"

@@ -19,6 +19,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from coterie.runtime.errors import ActorLostError, DeliveryError, PersonaPassivatedError
 from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope, StreamItem, stream_item_adapter
+from coterie.runtime.tracing import carrier
 
 H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)
@@ -109,7 +110,8 @@ class Directory(Generic[H]):
         if handle is not None:
             self._handles.move_to_end(persona)
             return handle
-        handle = await self.call_router("resolve", persona)
+        # The caller's trace context: a start of the persona's actor is its child.
+        handle = await self.call_router("resolve", persona, carrier())
         self._handles[persona] = handle
         while len(self._handles) > self._cache_size:
             self._handles.popitem(last=False)

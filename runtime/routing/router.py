@@ -15,6 +15,7 @@ business (Ray in a cluster; a fake in the unit tests).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,9 @@ from coterie.runtime.frontdoor import PersonaInfo
 from coterie.runtime.mcp.config import load_servers
 from coterie.runtime.messages import MessageEnvelope, PersonaStats, ReplyEnvelope
 from coterie.runtime.routing.roster import Roster
+from coterie.runtime.tracing import Carrier
+from coterie.runtime.tracing import genai as g
+from coterie.runtime.tracing.spans import start_activation
 
 H = TypeVar("H")
 
@@ -129,8 +133,9 @@ class Router(Generic[H]):
 
     # -- activation --------------------------------------------------------
 
-    async def resolve(self, name: str) -> H:
-        """The actor of persona ``name``, started on first use.
+    async def resolve(self, name: str, trace: Carrier | None = None) -> H:
+        """The actor of persona ``name``, started on first use (an
+        ``activate_persona`` span, a child of ``trace``: the caller's).
 
         Concurrent calls for one persona share one start; a caller that stops
         waiting does not stop the start. Beyond ``start_limit`` starts at a
@@ -151,24 +156,35 @@ class Router(Generic[H]):
             persona = load_persona_dir(self.home / "personas" / name, name)
             load_servers(self.home, self.home / "personas" / name)
             limited = not persona.config.placement.pinned
-            task = asyncio.get_running_loop().create_task(self._start(name, limited=limited))
+            task = asyncio.get_running_loop().create_task(
+                self._start(name, limited=limited, trace=trace)
+            )
             self._activating[name] = task
             task.add_done_callback(lambda done: self._activated(name, done))
         return await asyncio.shield(task)
 
-    async def _start(self, name: str, *, limited: bool) -> H:
+    async def _start(self, name: str, *, limited: bool, trace: Carrier | None = None) -> H:
+        span = start_activation(persona=name, parent=trace)
         slots = self._start_slots if limited else None
-        if slots is not None:
-            self._waiting.add(name)
-            try:
-                await slots.acquire()
-            finally:
-                self._waiting.discard(name)
         try:
-            handle = await self.host.start(name, self.roster.entries())
-        finally:
             if slots is not None:
-                slots.release()
+                queued = time.monotonic()
+                self._waiting.add(name)
+                try:
+                    await slots.acquire()
+                finally:
+                    self._waiting.discard(name)
+                span.set(g.START_WAITED_MS, round((time.monotonic() - queued) * 1000, 3))
+            try:
+                handle = await self.host.start(name, self.roster.entries())
+            finally:
+                if slots is not None:
+                    slots.release()
+        except BaseException as exc:
+            span.fail(type(exc).__name__, str(exc))
+            span.end()
+            raise
+        span.end()
         self._actors[name] = handle
         self._changed()
         return handle

@@ -56,6 +56,7 @@ STEP: Final = "coterie.step"
 PURPOSE: Final = "coterie.call.purpose"
 BILLED_TO: Final = "coterie.billed_to"
 DURATION_MS: Final = "coterie.duration_ms"
+START_WAITED_MS: Final = "coterie.activation.waited_ms"
 SCHEDULE_KIND: Final = "coterie.schedule.kind"
 SCHEDULE_NAME: Final = "coterie.schedule.name"
 ACP_UPDATE: Final = "coterie.acp.update"
@@ -83,6 +84,11 @@ def agent_span(persona: str) -> str:
 def chat_span(model: str) -> str:
     """The name of a model call's span."""
     return f"chat {model}"
+
+
+def activation_span(persona: str) -> str:
+    """The name of the router's span that starts a persona's actor."""
+    return f"activate_persona {persona}"
 
 
 def sample_span(task: str) -> str:

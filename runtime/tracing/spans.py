@@ -140,6 +140,20 @@ def finish_tool(span: Span, *, error_kind: str | None, duration_ms: float, resul
     span.end()
 
 
+def start_activation(*, persona: str, parent: Carrier | None) -> Span:
+    """An ``activate_persona {persona}`` span in the router: starting a
+    persona's actor for the message that needed it (its first span, its
+    ``parent``: the caller's trace context), until the actor answers."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    return active.start(
+        g.activation_span(persona),
+        parent=parent or ROOT,
+        attributes={g.OPERATION: "activate_persona", g.AGENT_NAME: persona},
+    )
+
+
 def start_mcp(*, method: str, target: str, server: str) -> Span:
     """A ``{method} {target}`` client span for one request to an MCP server
     (``tools/call`` a tool, ``resources/read`` a URI, ``prompts/get`` a
@@ -328,6 +342,7 @@ __all__ = [
     "finish_sample",
     "finish_tool",
     "finish_turn",
+    "start_activation",
     "start_agent_run",
     "start_chat",
     "start_mcp",
