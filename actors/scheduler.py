@@ -36,6 +36,7 @@ import ray
 
 from coterie.actors._plugins import env_options, load_here
 from coterie.actors._ray import ActorProxy, RayPersonaLink, audit_buffer_for
+from coterie.runtime import tracing
 from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.connectors import ConnectorInfo
 from coterie.runtime.fires import FireDispatcher, SchedulerStats
@@ -121,6 +122,8 @@ class SchedulerActor:
         plugins: PluginSet | None = None,
     ) -> None:
         load_here(plugins)  # first: a heartbeat may name a plugin's model provider
+        # Once per process; a no-op tracer (no SDK imported) unless tracing is on.
+        tracing.setup(settings.tracing, process="scheduler")
         path = Path(home)
         audit = ray.get_actor(audit_actor, namespace=namespace)
         # A spool on local disk: a restarted scheduler resends what it recorded.
@@ -220,12 +223,16 @@ class SchedulerActor:
 
     async def flush(self) -> None:
         await self.buffer.flush()
+        traced = tracing.tracer()
+        if traced.enabled:  # its spans too (on a thread: the export blocks)
+            await asyncio.to_thread(traced.flush)
 
     async def shutdown(self) -> None:
         """Stop the loop, close the store (letting go of its file) and flush
-        the audit buffer."""
+        the audit buffer and the spans."""
         await self.scheduler.stop()
         await self.buffer.aclose()
+        await asyncio.to_thread(tracing.tracer().shutdown)
 
 
 SchedulerActorRemote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(SchedulerActor)

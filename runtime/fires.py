@@ -50,6 +50,8 @@ from coterie.runtime.messages import (
 from coterie.runtime.schedule.records import Fire, FireReport
 from coterie.runtime.schedule.service import SchedulerService
 from coterie.runtime.services import AuditSink, Messenger
+from coterie.runtime.tracing import Span, active
+from coterie.runtime.tracing.spans import start_fire
 
 log = logging.getLogger("coterie.schedule")
 
@@ -223,6 +225,26 @@ class FireDispatcher:
         """Post ``fire``'s envelope to its persona, or fail it when its
         delivery connector is not running. Raises when the post failed (the
         fire stays claimed and the scheduler sends it again)."""
+        span = start_fire(
+            persona=fire.persona,
+            kind=fire.kind,
+            name=fire.label,
+            fire_id=fire.fire_id,
+            instant=fire.instant.isoformat(),
+            late=fire.late,
+            manual=fire.manual,
+        )
+        try:
+            # The envelope carries the span's context: the fire's turn is its child.
+            with active(span):
+                await self._dispatch(fire, span)
+        except BaseException as exc:
+            span.fail(type(exc).__name__, str(exc))
+            raise
+        finally:
+            span.end()
+
+    async def _dispatch(self, fire: Fire, span: Span) -> None:
         target = fire.reply_origin
         if self.connectors is not None and target is not None and target.connector != API_ORIGIN:
             try:
@@ -231,6 +253,7 @@ class FireDispatcher:
                 raise CoterieError(f"the running connectors could not be listed: {exc}") from exc
             reason = undeliverable(fire, running)
             if reason is not None:
+                span.fail("deliver_unavailable", reason)
                 await self._fail(fire, reason)
                 return
         await self.messenger.post(fire_envelope(fire, tz=self.tz))

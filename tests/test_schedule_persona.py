@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from coterie.runtime import tracing
 from coterie.runtime.audit import event_to_row
 from coterie.runtime.errors import ActorLostError, ModelError
 from coterie.runtime.fires import fire_envelope
@@ -356,3 +358,19 @@ def test_a_schedule_event_is_a_row_that_answers_who_and_why() -> None:
     assert row["error_kind"] == "deliver_unavailable"
     fired = event_to_row(event.model_copy(update={"outcome": "skipped"}))
     assert fired["error_kind"] is None
+
+
+async def test_a_fire_is_a_span_and_its_turn_is_its_child(rig: Rig, spans: Any) -> None:
+    rig.persona(model=ScriptedModel([end_ok()]))
+    await rig.tick()
+    [fire] = await rig.tick(60)
+    tracing.tracer().flush()
+    finished = spans.get_finished_spans()
+    (sent,) = [s for s in finished if s.name == "schedule_fire heartbeat heartbeat"]
+    assert sent.parent is None
+    assert sent.attributes["coterie.schedule.fire_id"] == fire.fire_id
+    assert sent.attributes["gen_ai.agent.name"] == "ada"
+    assert sent.attributes["coterie.schedule.late"] is False
+    (turn,) = [s for s in finished if s.name == "invoke_agent ada"]
+    assert turn.parent is not None and turn.parent.span_id == sent.context.span_id
+    assert turn.attributes["coterie.schedule.kind"] == "heartbeat"

@@ -97,7 +97,7 @@ class Tracer:
     ) -> Span:
         """A started span named ``name``. ``parent``: a span, a carrier from
         an envelope, :data:`ROOT` for a new trace; default the running span
-        (:func:`current`). ``kind``: ``internal``, ``client`` or ``server``."""
+        (:func:`current`). ``kind``: ``internal``, ``client``, ``server`` or ``producer``."""
         return NOOP
 
     def flush(self, timeout: float = 5.0) -> bool:

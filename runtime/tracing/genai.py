@@ -59,6 +59,10 @@ DURATION_MS: Final = "coterie.duration_ms"
 START_WAITED_MS: Final = "coterie.activation.waited_ms"
 SCHEDULE_KIND: Final = "coterie.schedule.kind"
 SCHEDULE_NAME: Final = "coterie.schedule.name"
+SCHEDULE_FIRE: Final = "coterie.schedule.fire_id"
+SCHEDULE_INSTANT: Final = "coterie.schedule.instant"
+SCHEDULE_LATE: Final = "coterie.schedule.late"
+SCHEDULE_MANUAL: Final = "coterie.schedule.manual"
 ACP_UPDATE: Final = "coterie.acp.update"
 ACP_TITLE: Final = "coterie.acp.title"
 ACP_STATUS: Final = "coterie.acp.status"
@@ -89,6 +93,11 @@ def chat_span(model: str) -> str:
 def activation_span(persona: str) -> str:
     """The name of the router's span that starts a persona's actor."""
     return f"activate_persona {persona}"
+
+
+def fire_span(kind: str, name: str) -> str:
+    """The name of the scheduler's span that sends one fire to its persona."""
+    return f"schedule_fire {kind} {name}"
 
 
 def sample_span(task: str) -> str:

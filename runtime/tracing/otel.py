@@ -28,7 +28,12 @@ from coterie.runtime.tracing.settings import TracingSettings
 log = logging.getLogger("coterie.tracing")
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT, "server": SpanKind.SERVER}
+_KINDS = {
+    "internal": SpanKind.INTERNAL,
+    "client": SpanKind.CLIENT,
+    "server": SpanKind.SERVER,
+    "producer": SpanKind.PRODUCER,
+}
 
 
 class OtelSpan(Span):

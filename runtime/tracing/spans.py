@@ -154,6 +154,39 @@ def start_activation(*, persona: str, parent: Carrier | None) -> Span:
     )
 
 
+def start_fire(
+    *,
+    persona: str,
+    kind: str,
+    name: str,
+    fire_id: str,
+    instant: str,
+    late: bool,
+    manual: bool,
+) -> Span:
+    """A ``schedule_fire {kind} {name}`` span in the scheduler: sending one
+    fire to its persona, the first span of its trace (the turn it starts is
+    its child)."""
+    active = tracer()
+    if not active.enabled:
+        return NOOP
+    return active.start(
+        g.fire_span(kind, name),
+        parent=ROOT,
+        kind="producer",
+        attributes={
+            g.OPERATION: "schedule_fire",
+            g.AGENT_NAME: persona,
+            g.SCHEDULE_KIND: kind,
+            g.SCHEDULE_NAME: name,
+            g.SCHEDULE_FIRE: fire_id,
+            g.SCHEDULE_INSTANT: instant,
+            g.SCHEDULE_LATE: late,
+            g.SCHEDULE_MANUAL: manual,
+        },
+    )
+
+
 def start_mcp(*, method: str, target: str, server: str) -> Span:
     """A ``{method} {target}`` client span for one request to an MCP server
     (``tools/call`` a tool, ``resources/read`` a URI, ``prompts/get`` a
@@ -345,6 +378,7 @@ __all__ = [
     "start_activation",
     "start_agent_run",
     "start_chat",
+    "start_fire",
     "start_mcp",
     "start_request",
     "start_sample",
