@@ -117,6 +117,21 @@ def rt(tmp_path_factory: pytest.TempPathFactory, phoenix: str) -> Iterator[Runti
         ),
     )
     write_persona(home, "tr-plain", scripted(default="plain answer"))
+    remind = {"action": "remind", "prompt": "tea", "in_seconds": 1}
+    write_persona(
+        home,
+        "tr-remind",
+        scripted(
+            [
+                {
+                    "when": {"turn": 1, "contains": "remind me"},
+                    "tool_calls": [{"name": "remind", "arguments": remind}],
+                },
+                {"when": {"turn": 2, "contains": "remind me"}, "text": "Set."},
+            ],
+            default="tea time",
+        ),
+    )
     write_persona(
         home,
         "tr-back",
@@ -406,3 +421,50 @@ def test_a_request_to_coterie_serve_continues_the_caller_s_trace(
         if s["parent_id"] == fresh["context"]["span_id"] and s["name"].startswith("invoke_agent")
     ]
     assert turn["attributes"]["gen_ai.conversation.id"] == "tr-plain:bad"
+
+
+def test_a_reminder_s_fire_and_its_turn_are_one_trace(rt: Runtime, phoenix: str) -> None:
+    assert rt.ask("tr-remind", "remind me about tea").text == "Set."
+
+    def fired() -> bool:
+        return bool(
+            rt.query(
+                "select count(*) from events where kind = 'turn_ended' "
+                "and conversation_id like 'tr-remind:job:%'"
+            ).rows[0][0]
+        )
+
+    poll(fired, 60, "the reminder's turn")
+    rt.flush()  # the scheduler's spans and the persona's
+
+    def arrived() -> list[Span] | None:
+        spans = all_spans(phoenix)
+        fires = [
+            s
+            for s in spans
+            if s["name"].startswith("schedule_fire ")
+            and s["attributes"].get("gen_ai.agent.name") == "tr-remind"
+        ]
+        traces = {s["context"]["trace_id"] for s in fires}
+        turns = [
+            s
+            for s in spans
+            if s["name"] == "invoke_agent tr-remind" and s["context"]["trace_id"] in traces
+        ]
+        return spans if (len(fires), len(turns)) == (1, 1) else None
+
+    spans = poll(arrived, 60, "the reminder's spans in Phoenix")
+    (fire,) = [s for s in spans if s["name"].startswith("schedule_fire ")]
+    (turn,) = [
+        s
+        for s in spans
+        if s["name"] == "invoke_agent tr-remind"
+        and s["context"]["trace_id"] == fire["context"]["trace_id"]
+    ]
+    # Sent by the scheduler's actor, the first span of its trace; the turn in
+    # the persona's actor is its child.
+    assert fire["parent_id"] is None
+    assert fire["attributes"]["coterie.schedule.kind"] == "reminder"
+    assert turn["parent_id"] == fire["context"]["span_id"]
+    assert turn["attributes"]["coterie.schedule.kind"] == "reminder"
+    assert turn["attributes"]["gen_ai.conversation.id"].startswith("tr-remind:job:")
