@@ -540,8 +540,11 @@ class Runtime:
 
     async def flush_async(self) -> None:
         """Push every buffered audit event into DuckDB (the personas' and the
-        scheduler's)."""
+        scheduler's), and every process's batched spans to the receiver."""
         await self.directory.call_router("flush_all")
+        traced = tracing.tracer()
+        if traced.enabled:  # this process's spans (a server's requests, eval samples)
+            await asyncio.to_thread(traced.flush)
         try:
             await remote(read(lambda: self.scheduler.flush.remote()))
         except CoterieError as exc:  # restarting: its spool keeps the events for later
