@@ -417,9 +417,9 @@ async def test_background_processes_a_sample_leaves_are_stopped(home: Path, tmp_
 # -- graders, personas from the home, overrides ---------------------------------------
 
 
-async def test_a_grader_persona_grades_and_the_persona_comes_from_the_home(
-    home: Path, tmp_path: Path
-) -> None:
+def graded_task(home: Path, tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
+    """A task ``graded``: persona ``student`` answers, persona ``judge``
+    grades (C when the answer names Paris as the capital)."""
     write_persona(
         home,
         "student",
@@ -436,14 +436,22 @@ async def test_a_grader_persona_grades_and_the_persona_comes_from_the_home(
             }
         },
     )
-    path = write_task(
+    return write_task(
         tmp_path,
         {
             "name": "graded",
             "solver": {"persona": "student"},
             "scorers": [{"type": "model_graded", "grader": "judge", "rubric": "Names Paris."}],
         },
-        [{"id": "q", "input": "Capital of France?", "target": "Paris"}],
+        rows,
+    )
+
+
+async def test_a_grader_persona_grades_and_the_persona_comes_from_the_home(
+    home: Path, tmp_path: Path
+) -> None:
+    path = graded_task(
+        home, tmp_path, [{"id": "q", "input": "Capital of France?", "target": "Paris"}]
     )
     store = open_store(home)
     plan = plan_run(path, home, store, RunOptions())

@@ -19,8 +19,7 @@ from coterie.runtime.errors import ConfigError
 from coterie.runtime.eval import RunOptions, open_store, plan_run
 from coterie.runtime.messages import AssistantMessage, MessageEnvelope
 from coterie.runtime.models.scripted import ScriptedModel, tool_call
-from tests.helpers import write_persona
-from tests.test_eval_runner import flaky, make_runner, write_task
+from tests.test_eval_runner import flaky, graded_task, make_runner, write_task
 from tests.test_personas_hub import build, results
 
 
@@ -212,29 +211,9 @@ async def test_an_eval_sample_and_its_grading_are_one_trace(
     tmp_path: Path, spans: InMemorySpanExporter
 ) -> None:
     home = tmp_path / "home"
-    write_persona(
+    path = graded_task(
         home,
-        "student",
-        {"model": {"provider": "scripted", "rules": [], "default": "Paris is the capital."}},
-    )
-    write_persona(
-        home,
-        "judge",
-        {
-            "model": {
-                "provider": "scripted",
-                "rules": [{"when": {"contains": "Paris is the capital"}, "text": "GRADE: C"}],
-                "default": "GRADE: I",
-            }
-        },
-    )
-    path = write_task(
         tmp_path,
-        {
-            "name": "graded",
-            "solver": {"persona": "student"},
-            "scorers": [{"type": "model_graded", "grader": "judge", "rubric": "Names Paris."}],
-        },
         [
             {"id": "q1", "input": "Capital of France?", "target": "Paris"},
             {"id": "q2", "input": "Capital of France, again?", "target": "Paris"},
