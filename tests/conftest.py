@@ -86,6 +86,15 @@ def spans() -> Iterator[Any]:
         tracer.shutdown()
 
 
+@pytest.fixture(scope="session")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real OTLP receiver (Arize Phoenix) for the session; its base URL."""
+    from tests.phoenix import running_phoenix
+
+    with running_phoenix(tmp_path_factory.mktemp("phoenix")) as base:
+        yield base
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",

@@ -28,9 +28,11 @@ from ray.cluster_utils import Cluster
 
 from coterie import Runtime
 from coterie.actors import persona_actor_name
+from coterie.runtime import tracing
 from coterie.runtime.errors import PlacementError
 from coterie.runtime.messages import AssistantMessage
-from tests.helpers import owned_by, ray_actors, scripted, write_persona
+from tests.helpers import owned_by, poll, ray_actors, scripted, write_persona
+from tests.phoenix import all_spans
 
 pytestmark = pytest.mark.ray
 
@@ -129,9 +131,24 @@ def nodes() -> Iterator[Nodes]:
 
 
 @pytest.fixture(scope="module")
-def rt(nodes: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+def receiver(request: pytest.FixtureRequest) -> str | None:
+    """The session's Phoenix, or None where it is not installed (the
+    placement tests run without it; the trace test is skipped)."""
+    try:
+        return str(request.getfixturevalue("phoenix"))
+    except pytest.skip.Exception:
+        return None
+
+
+@pytest.fixture(scope="module")
+def rt(
+    nodes: Nodes, tmp_path_factory: pytest.TempPathFactory, receiver: str | None
+) -> Iterator[Runtime]:
     home = tmp_path_factory.mktemp("placed")
-    (home / "runtime.yaml").write_text(RUNTIME_ON_A, encoding="utf-8")
+    traced = ""
+    if receiver is not None:
+        traced = f"tracing: {{enabled: true, endpoint: {receiver}/v1/traces}}\n"
+    (home / "runtime.yaml").write_text(RUNTIME_ON_A + traced, encoding="utf-8")
     write_persona(
         home, "alice", persona("alice", "bob", {"node_labels": {"zone": "a"}, "resources": {}})
     )
@@ -143,8 +160,12 @@ def rt(nodes: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runti
             home, name, persona(name, "alice", {"resources": {"node_b": 60}, "start_timeout": 3})
         )
     runtime = Runtime.start(home=home)
-    yield runtime
-    runtime.shutdown(stop_actors=True)
+    try:
+        yield runtime
+    finally:
+        runtime.shutdown(stop_actors=True)
+        # The driver's tracer goes with its runtime: later tests trace nothing.
+        tracing.install(tracing.Tracer()).shutdown()
 
 
 # -- where actors run (the GCS's actor table: no dashboard needed) -------------------
@@ -187,6 +208,36 @@ def test_personas_on_two_nodes_talk_to_each_other(rt: Runtime, nodes: Nodes) -> 
     assert reply.text == "alice hears: [message from persona bob] hello from bob"
     assert persona_node(rt, "alice") == nodes.head
     assert persona_node(rt, "bob") == nodes.worker.node_id
+
+
+def test_one_trace_crosses_the_two_nodes(rt: Runtime, nodes: Nodes, receiver: str | None) -> None:
+    if receiver is None:
+        pytest.skip("needs Phoenix in .otlp-receiver (tests/run.sh installs it)")
+    reply = rt.ask("alice", "ask bob something", conversation_id="alice:traced")
+    assert reply.status == "ok", reply.error
+    rt.flush()  # every persona's batched spans, on both nodes
+    (trace_id,) = {
+        row[0]
+        for row in rt.query(
+            "select trace_id from events where kind = 'turn_started' "
+            "and conversation_id = 'alice:traced'"
+        ).rows
+    }
+
+    def arrived() -> list[Any] | None:
+        spans = all_spans(receiver, trace_id)
+        return spans if any(s["name"] == "invoke_agent bob" for s in spans) else None
+
+    spans = poll(arrived, 60, "the cross-node trace in Phoenix")
+    by_name = {s["name"]: s for s in spans}
+    alice, asked, bob = (
+        by_name[n] for n in ("invoke_agent alice", "execute_tool ask_persona", "invoke_agent bob")
+    )
+    # bob's turn ran on the worker node, alice's call on the head: one trace.
+    assert persona_node(rt, "bob") == nodes.worker.node_id != persona_node(rt, "alice")
+    assert asked["parent_id"] == alice["context"]["span_id"]
+    assert bob["parent_id"] == asked["context"]["span_id"]
+    assert bob["attributes"]["coterie.sender"] == "alice"
 
 
 def test_shell_processes_and_subagents_run_on_their_personas_node(

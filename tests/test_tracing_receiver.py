@@ -1,21 +1,18 @@
-"""Traces sent to a real OTLP receiver: Arize Phoenix, run by the test from
-``.otlp-receiver/`` (tests/run.sh installs it), and read back from its REST API.
+"""Traces sent to a real OTLP receiver: Arize Phoenix (the session's
+``phoenix`` fixture, tests/phoenix.py), read back from its REST API.
 
 One ``ask_persona`` chain across two personas on Ray, the callee calling a
 tool and spawning a subagent, must arrive as one trace: the right spans, the
-right parents, the token counts the audit log has for the same span ids.
+right parents, the token counts the audit log has for the same span ids. So
+must an eval run's samples, requests through the HTTP door with and without
+a caller's ``traceparent``, and a reminder's fire with its turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
-import socket
-import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,74 +25,10 @@ from coterie import Runtime
 from coterie.runtime import tracing
 from coterie.runtime.config import RuntimeSettings, ServeSettings, TracingSettings
 from coterie.runtime.serve.app import build_app, set_backend
-from tests.external import PHOENIX, require
 from tests.helpers import poll, scripted, write_persona
+from tests.phoenix import Span, all_spans
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-Span = dict[str, Any]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)
-
-
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Phoenix server on free ports; its base URL."""
-    require("phoenix")
-    work = tmp_path_factory.mktemp("phoenix")
-    port = free_port()
-    env = {
-        **os.environ,
-        "PHOENIX_WORKING_DIR": str(work),
-        "PHOENIX_HOST": "127.0.0.1",
-        "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(free_port()),
-        "PHOENIX_TELEMETRY_ENABLED": "false",
-    }
-    log = (work / "phoenix.log").open("wb")
-    server = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=log, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert server.poll() is None, (work / "phoenix.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"{base}/healthz", timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    try:
-        poll(healthy, 120, "Phoenix answering /healthz")
-        yield base
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-
-
-def spans_of(base: str, trace_id: str) -> list[Span]:
-    """Every span Phoenix holds of ``trace_id``."""
-    found: list[Span] = []
-    cursor = None
-    while True:
-        query = "limit=1000" + (f"&cursor={cursor}" if cursor else "")
-        page = get_json(f"{base}/v1/projects/default/spans?{query}")
-        found += [s for s in page["data"] if s["context"]["trace_id"] == trace_id]
-        cursor = page.get("next_cursor")
-        if not cursor:
-            return found
 
 
 def spawn(task: str) -> dict[str, Any]:
@@ -205,7 +138,7 @@ def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
     assert (len(calls), turns) == (6, 4)
 
     def arrived() -> list[Span] | None:
-        spans = spans_of(phoenix, trace_id)
+        spans = all_spans(phoenix, trace_id)
         chats = sum(s["name"] == "chat scripted" for s in spans)
         agents = sum(s["name"].startswith("invoke_agent ") for s in spans)
         started = sum(s["name"] == "activate_persona tr-back" for s in spans)
@@ -265,19 +198,6 @@ def test_an_ask_chain_with_a_tool_and_a_subagent_is_one_trace_in_phoenix(
         assert attrs["gen_ai.usage.input_tokens"] > 0
         tokens = (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"])
         assert calls[chat["context"]["span_id"]] == tokens
-
-
-def all_spans(base: str) -> list[Span]:
-    """Every span Phoenix holds (of every trace)."""
-    found: list[Span] = []
-    cursor = None
-    while True:
-        query = "limit=1000" + (f"&cursor={cursor}" if cursor else "")
-        page = get_json(f"{base}/v1/projects/default/spans?{query}")
-        found += page["data"]
-        cursor = page.get("next_cursor")
-        if not cursor:
-            return found
 
 
 def test_an_eval_run_on_ray_sends_one_trace_per_sample(
