@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -330,3 +330,30 @@ def test_an_incoming_traceparent_is_used_only_when_valid(
     headers: dict[str, str], expected: dict[str, str] | None
 ) -> None:
     assert tracing.incoming(headers) == expected
+
+
+async def test_a_request_to_no_route_is_a_span_named_by_its_method_alone(spans: Any) -> None:
+    from aiohttp import ClientSession
+    from aiohttp.test_utils import TestServer
+
+    from coterie.runtime.config import ServeSettings
+    from coterie.runtime.serve.app import build_app, set_backend
+
+    app = build_app(Path("."), ServeSettings(), token="t0ken")
+    set_backend(app, cast(Any, object()))  # up: no route is answered by the router's 404
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        async with ClientSession(headers={"Authorization": "Bearer t0ken"}) as http:
+            for path in ("/v1/no/such/route/1", "/v1/no/such/route/2"):
+                async with http.post(server.make_url(path), json={}) as response:
+                    assert response.status == 404
+    finally:
+        await server.close()
+    tracing.tracer().flush()
+    requests = [s for s in spans.get_finished_spans() if s.name.startswith("POST")]
+    # One name however many paths callers send; the path is an attribute.
+    assert [s.name for s in requests] == ["POST", "POST"]
+    assert "http.route" not in requests[0].attributes
+    assert requests[0].attributes["url.path"] == "/v1/no/such/route/1"
+    assert requests[0].attributes["http.response.status_code"] == 404

@@ -237,7 +237,9 @@ async def trace_middleware(request: web.Request, handler: Handler) -> web.Stream
     if not (tracer().enabled and request.method == "POST" and request.path.startswith("/v1/")):
         return await handler(request)
     resource = request.match_info.route.resource
-    route = resource.canonical if resource is not None else request.path
+    # No route matched: no route in the span's name either (a caller's path
+    # must not make span names without end).
+    route = resource.canonical if resource is not None else None
     span = start_request(
         method=request.method, route=route, path=request.path, parent=incoming(request.headers)
     )

@@ -341,15 +341,16 @@ def finish_sample(
     span.end()
 
 
-def start_request(*, method: str, route: str, path: str, parent: Carrier | None) -> Span:
+def start_request(*, method: str, route: str | None, path: str, parent: Carrier | None) -> Span:
     """A server span ``{method} {route}`` for one HTTP request to ``coterie
-    serve``: a child of the caller's trace context (:func:`incoming`), else
-    the first span of a new trace."""
+    serve`` (``{method}`` alone when no route matched): a child of the
+    caller's trace context (:func:`incoming`), else the first span of a new
+    trace."""
     active = tracer()
     if not active.enabled:
         return NOOP
     return active.start(
-        f"{method} {route}",
+        f"{method} {route}" if route is not None else method,
         parent=parent or ROOT,
         kind="server",
         attributes={g.HTTP_METHOD: method, g.HTTP_ROUTE: route, g.URL_PATH: path},
