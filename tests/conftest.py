@@ -40,7 +40,10 @@ def ray_session() -> Iterator[None]:
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))
                 port = probe.getsockname()[1]
+            # address="local": always a cluster of its own, never one a
+            # killed run left in /tmp/ray/ray_current_cluster.
             ray.init(
+                address="local",
                 num_cpus=2,
                 namespace="coterie-tests",
                 include_dashboard=False,

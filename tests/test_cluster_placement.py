@@ -105,7 +105,11 @@ def _restore_session_ray() -> None:
         ray.init(address=address, namespace="coterie-tests", log_to_driver=False)
     else:
         ray.init(
-            num_cpus=2, namespace="coterie-tests", include_dashboard=False, log_to_driver=False
+            address="local",
+            num_cpus=2,
+            namespace="coterie-tests",
+            include_dashboard=False,
+            log_to_driver=False,
         )
 
 
