@@ -11,20 +11,21 @@ own process (1 s latency), and:
    one Ray call per turn, as the personas get. Both warm (connections open),
    best of ``--rounds``; the floor runs first and its actors are gone before
    the personas start, so idle processes of one side never slow the other;
-   target ≤ 1.5× the floor. A variant of the floor, one call per actor making
-   all its requests itself, shows what the Ray calls cost;
+   target ≤ 1.3× the floor; the persona processes' CPU per turn ≤ 5 ms. A
+   variant of the floor, one call per actor making all its requests itself,
+   shows what the Ray calls cost;
 2. **cold start**: activating the personas with one turn each, all at once,
    beside starting as many bare actors (each answering one call); target ≤ 1.5×.
    The router starts ``max_starting_personas`` at a time, so both floors are
    also started that many at a time, for more ratios;
 3. **memory**: USS of an active persona (OpenAI SDK loaded, after the bursts)
    beside a bare actor (with its aiohttp session); the router's and the
-   audit actor's USS; target ≤ 75 MiB per persona;
+   audit actor's USS; target ≤ 70 MiB per persona;
 4. **where the CPU goes** during the best burst and the cold starts, by
    process kind (driver, personas, router, audit, model server, the rest of
    Ray, other load), and what an idle process costs (a persona's and a bare
    actor's CPU per second of doing nothing: each pays it for as long as a
-   burst lasts);
+   burst lasts; target ≤ 2 ms/s);
 5. **the SDK's share**: each of the figures above once more for a second
    floor, the same bare actors calling through an openai client built and
    called as the OpenAI provider does (aiohttp transport, no retries). "SDK floor /
@@ -38,10 +39,21 @@ own process (1 s latency), and:
    the bare floor as Ray builds it);
 6. **many registered personas**: a fresh home with ``--registered``
    personas: ``Runtime.personas()`` and the first ``resolve``; target
-   ``personas()`` ≤ 1 s.
+   ``personas()`` ≤ 1 s;
+7. **the peer**: AutoGen AgentChat on the same burst against the same server,
+   in the same run (``benchmarks/_autogen_peer.py``: one
+   ``OpenAIChatCompletionClient`` per persona, one ``AssistantAgent`` per
+   conversation, all run at once in one process), after the floors and before
+   the personas start, so it too runs with no other actor processes up; its
+   wall beside coterie's burst (target ≤ 1.1×), its whole-process CPU per turn
+   beside coterie's whole-runtime CPU per turn, its USS beside the personas'.
+   AutoGen is not a dependency: it goes in a virtualenv of its own (see that
+   script) named by ``--autogen-python`` (or ``COTERIE_AUTOGEN_PYTHON``);
+   without one, the rows say it was not run.
 
     python benchmarks/scale.py [--personas 100] [--turns 1000] [--rounds 2]
                                [--registered 10000] [--catalogue auto|on|off]
+                               [--autogen-python PATH]
 
 ``--catalogue`` sets the burst personas' ``tools.catalogue`` (they allow
 every built-in tool; ``auto`` offers them the core set and ``find_tools``).
@@ -58,8 +70,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -292,6 +306,52 @@ def idle_cpu(pids: set[int], seconds: float = 5.0) -> float:
     return (total() - before) * 1000 / seconds / max(1, len(procs))
 
 
+def autogen_python(given: str | None) -> str | None:
+    """The interpreter that has AutoGen AgentChat: ``given``, else
+    ``COTERIE_AUTOGEN_PYTHON``, else this one if it can import it."""
+    given = given or os.environ.get("COTERIE_AUTOGEN_PYTHON")
+    if given:
+        return given
+    probe = subprocess.run(
+        [sys.executable, "-c", "import autogen_agentchat, autogen_ext.models.openai"],
+        capture_output=True,
+    )
+    return sys.executable if probe.returncode == 0 else None
+
+
+def autogen_run(
+    python: str | None, base_url: str, personas: int, turns: int, rounds: int
+) -> dict[str, Any] | str:
+    """The peer's burst (``benchmarks/_autogen_peer.py``), or why it was not run."""
+    if python is None:
+        return "AutoGen not installed (see benchmarks/_autogen_peer.py; --autogen-python)"
+    cmd = [
+        python,
+        str(ROOT / "benchmarks" / "_autogen_peer.py"),
+        "--url",
+        base_url,
+        "--personas",
+        str(personas),
+        "--turns",
+        str(turns),
+        "--rounds",
+        str(rounds),
+        "--json",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        return f"failed: {done.stderr.strip()[-200:]}"
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def runtime_cpu(spent: dict[str, float]) -> float:
+    """CPU seconds of the whole runtime: every process of this session but the model server
+    (and the rest of the machine)."""
+    outside = ("model server", "other load", "stolen (hypervisor)")
+    return sum(secs for role, secs in spent.items() if role not in outside)
+
+
 def write_home(home: Path, personas: int, base_url: str, catalogue: str) -> list[str]:
     names = model_names(personas)
     body = openai_persona(base_url)
@@ -347,6 +407,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0, help="model latency (s)")
     parser.add_argument("--rounds", type=int, default=2, help="bursts per side (best kept)")
     parser.add_argument("--registered", type=int, default=10_000)
+    parser.add_argument(
+        "--autogen-python",
+        help="a Python with AutoGen AgentChat installed (default: COTERIE_AUTOGEN_PYTHON)",
+    )
     parser.add_argument(
         "--catalogue",
         choices=("auto", "on", "off"),
@@ -420,6 +484,11 @@ def measure(
     # much of what coterie's actors save there a bare actor would save too.
     lean_bare = floor_group(LeanBareRemote, "lean bare actors", n, url, per, roles, 1)
     lean_sdk = floor_group(LeanSdkRemote, "lean SDK actors", n, url, per, roles, 1)
+    # The peer, alone too: no actor process is up while it runs.
+    with console.status("AutoGen AgentChat on the same burst"):
+        peer = autogen_run(
+            autogen_python(args.autogen_python), srv.base_url, n, n * per, args.rounds
+        )
     bare_start, bare_start_cpu = bare["start"], bare["start_cpu"]
     # The router starts only a few personas at a time (max_starting_personas):
     # both floors started the same way too.
@@ -496,9 +565,24 @@ def measure(
         best["wall"],
         floor["wall"],
         "s",
-        1.5,
+        1.3,
     )
-    beside_sdk(best["wall"], "burst", "s", target=1.5)
+    beside_sdk(best["wall"], "burst", "s", target=1.3)
+    if isinstance(peer, str):
+        rows.add("  coterie / AutoGen AgentChat", "", "not run", "", peer)
+    else:
+        rows.compare(
+            f"  coterie / AutoGen AgentChat {peer['autogen_agentchat']} (one process)",
+            best["wall"],
+            peer["wall"],
+            "s",
+            1.1,
+        )
+        rows.add(
+            "  AutoGen runs, replies ok",
+            "",
+            ", ".join(f"{w:.2f}" for w in peer["walls"]) + f" s; {peer['ok']} / {peer['n']}",
+        )
     rows.add(
         "  coterie runs / floor runs",
         ", ".join(f"{r['wall']:.2f}" for r in ours) + " s",
@@ -513,21 +597,40 @@ def measure(
         f"{batched['wall']:.2f} s",
     )
     persona_cpu = best["cpu"].get("personas", 0.0) * 1000 / best["n"]
-    rows.compare("  persona-process CPU per turn", persona_cpu, bare["cpu_per_call"], "ms", None)
-    beside_sdk(persona_cpu, "cpu_per_call", "ms")
+    rows.compare(
+        "  persona-process CPU per turn", persona_cpu, bare["cpu_per_call"], "ms", None, limit=5
+    )
+    beside_sdk(persona_cpu, "cpu_per_call", "ms", limit=5)
+    if not isinstance(peer, str):
+        # Everything each side spends on a turn but the model server's share:
+        # coterie's driver, personas, router, audit and the rest of Ray,
+        # against AutoGen's one process (its SDK and HTTP client included).
+        rows.compare(
+            "  whole-runtime CPU per turn / AutoGen's process",
+            runtime_cpu(best["cpu"]) * 1000 / best["n"],
+            peer["cpu_per_turn_ms"],
+            "ms",
+            None,
+        )
     # What every Ray worker costs while idle, whatever it hosts: paid by each
     # process for the whole length of a burst.
     persona_idle = idle_cpu(roles["personas"])
-    rows.compare("  idle CPU per process", persona_idle, bare["idle"], "ms/s", None)
-    beside_sdk(persona_idle, "idle", "ms/s")
+    rows.compare("  idle CPU per process", persona_idle, bare["idle"], "ms/s", None, limit=2)
+    beside_sdk(persona_idle, "idle", "ms/s", limit=2)
     # Memory.
     stats = ray.get([handles_for(rt, p).stats.remote() for p in names])
     uss = statistics.mean(uss_mib(int(s["pid"])) for s in stats)
     rows.compare(
-        "USS per active persona (openai SDK loaded)", uss, bare["uss"], "MiB", None, limit=75
+        "USS per active persona (openai SDK loaded)", uss, bare["uss"], "MiB", None, limit=70
     )
-    beside_sdk(uss, "uss", "MiB", limit=75)
+    beside_sdk(uss, "uss", "MiB", limit=70)
     beside_lean(uss, "uss", "MiB")
+    if not isinstance(peer, str):
+        rows.add(
+            "  AutoGen's one process after its bursts (with AutoGen imported, before)",
+            "",
+            f"{peer['uss_mib']:.1f} MiB ({peer['uss_bare_mib']:.1f} MiB)",
+        )
     rows.add(
         "  router / audit actor USS",
         f"{uss_mib(next(iter(roles['router']))):.1f} / "
