@@ -91,6 +91,28 @@ async def test_persona_messages_are_capped_and_people_never_refused() -> None:
     turn.release.set()
 
 
+async def test_the_queued_count_follows_messages_in_every_conversation_as_turns_take_them() -> None:
+    turn = StandInTurn()
+    q = queues(turn)
+
+    def to(conversation: str, text: str) -> MessageEnvelope:
+        return MessageEnvelope(recipient="solo", conversation_id=conversation, text=text)
+
+    first = q.accept(to("solo:a", "one"), wait=True)
+    await asyncio.wait_for(turn.started.wait(), 10)
+    assert q.queued() == 0  # the running turn took it
+    waiting = [q.accept(to("solo:a", t), wait=True) for t in ("two", "three")]
+    assert q.queued() == 2
+    other = q.accept(to("solo:b", "elsewhere"), wait=True)
+    assert other.future is not None
+    assert (await asyncio.wait_for(other.future, 10)).text == "turn 2: elsewhere"
+    assert q.queued() == 2  # b's turn took only b's message
+    turn.release.set()
+    futures = [p.future for p in (first, *waiting) if p.future is not None]
+    await asyncio.wait_for(asyncio.gather(*futures), 10)
+    assert q.queued() == 0 and not q.busy()
+
+
 async def test_a_closed_queue_refuses_messages() -> None:
     q = queues(StandInTurn())
     q.close()
