@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -447,3 +448,45 @@ async def test_bwrap_has_no_network_unless_allowed(tmp_path: Path) -> None:
     code, out = outcomes[False]
     assert code == 3 and out.startswith("no-connect "), out
     assert outcomes[True] == (0, "connected\n")
+
+
+def test_dotenv_is_read_again_only_once_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coterie.runtime.shell import env as env_module
+
+    dotenv = tmp_path / ".env"
+    reads: list[Path] = []
+    real_read_text = Path.read_text
+
+    def counting(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self == dotenv:
+            reads.append(self)
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    # A file changed in the last 2 s is read every time (two same-size writes
+    # in one tick of the kernel's clock keep its stamp); that is checked last,
+    # on a real fresh file. The rest treats every file as settled.
+    monkeypatch.setattr(env_module, "_DOTENV_SETTLED_NS", 0)
+    dotenv.write_text("TOKEN=first-value\n", encoding="utf-8")
+    assert read_dotenv(dotenv) == {"TOKEN": "first-value"}
+    assert read_dotenv(dotenv) == {"TOKEN": "first-value"}
+    assert len(reads) == 1  # unchanged: not read again
+    got = read_dotenv(dotenv)
+    got["TOKEN"] = "mutated by a caller"
+    assert read_dotenv(dotenv) == {"TOKEN": "first-value"}  # callers get copies
+    dotenv.write_text("TOKEN=longer-value\n", encoding="utf-8")  # another size
+    assert read_dotenv(dotenv) == {"TOKEN": "longer-value"}
+    renamed = tmp_path / "new.env"  # an editor's save: the same size, a new inode
+    renamed.write_text("TOKEN=second-value\n", encoding="utf-8")
+    renamed.replace(dotenv)
+    assert read_dotenv(dotenv) == {"TOKEN": "second-value"}
+    dotenv.unlink()
+    assert read_dotenv(dotenv) == {}
+    monkeypatch.setattr(env_module, "_DOTENV_SETTLED_NS", 2_000_000_000)
+    dotenv.write_text("TOKEN=fresh-value\n", encoding="utf-8")
+    before = len(reads)
+    assert read_dotenv(dotenv) == {"TOKEN": "fresh-value"}
+    assert read_dotenv(dotenv) == {"TOKEN": "fresh-value"}
+    assert len(reads) == before + 2  # changed < 2 s ago: read every time

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -46,13 +47,50 @@ def scrubbed_env(
     return env
 
 
+#: ``.env`` files read, by path: their stamp (modification and change times,
+#: size, inode) and their values. A turn reads its persona's ``.env`` for the
+#: secrets to hide, and a tool call for the ones it needs; a stat tells whether
+#: the file changed since, so an edit applies to the next read and an
+#: unchanged file is not read and parsed again.
+_DOTENV: dict[str, tuple[tuple[int, int, int, int], dict[str, str]]] = {}
+#: Files remembered at most (a process serves one persona, or an eval worker a
+#: few workspaces): the oldest is forgotten first.
+_DOTENV_FILES = 64
+#: A file changed less than this long ago is read every time: a file's times
+#: move with the kernel's coarse clock, so two writes of the same size within
+#: one of its ticks leave the same stamp (git's "racily clean" files).
+_DOTENV_SETTLED_NS = 2_000_000_000
+
+
 def read_dotenv(path: Path) -> dict[str, str]:
-    """``KEY=VALUE`` lines (``export``, quotes and ``#`` comments tolerated)."""
-    out: dict[str, str] = {}
+    """``KEY=VALUE`` lines (``export``, quotes and ``#`` comments tolerated);
+    ``{}`` when there is no such file. Read again only once the file changed."""
+    key = str(path)
+    try:
+        st = os.stat(key)
+    except (FileNotFoundError, NotADirectoryError):
+        _DOTENV.pop(key, None)
+        return {}
+    stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    cached = _DOTENV.get(key)
+    if cached is not None and cached[0] == stamp:
+        return dict(cached[1])
     try:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
-        return out
+        return {}
+    values = _parse_dotenv(text)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _DOTENV_SETTLED_NS:
+        _DOTENV.pop(key, None)
+        return values
+    if key not in _DOTENV and len(_DOTENV) >= _DOTENV_FILES:
+        del _DOTENV[next(iter(_DOTENV))]
+    _DOTENV[key] = (stamp, values)
+    return dict(values)
+
+
+def _parse_dotenv(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#") or "=" not in line:
