@@ -381,8 +381,12 @@ class TurnLoop:
                 )
                 continue
             break
+        before = ctx.conversation.anchor
         ctx.conversation.anchor = estimator.observe(
-            request.messages, fixed_chars=fixed, input_tokens=response.usage.input_tokens
+            request.messages,
+            fixed_chars=fixed,
+            input_tokens=response.usage.input_tokens,
+            anchor=before if isinstance(before, Anchor) else None,
         )
         message = response.message
         if choice.kind == "none" and message.tool_calls:

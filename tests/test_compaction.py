@@ -416,6 +416,24 @@ def test_the_estimate_learns_the_providers_ratio() -> None:
     assert 1000 + 280 <= after <= 1000 + 320
 
 
+def test_the_anchor_measures_only_what_was_added_since_the_last_one() -> None:
+    estimator = TokenEstimator()
+    history: list[ChatMessage] = [UserMessage(text="word " * 400)]
+    anchor = estimator.observe(history, fixed_chars=10, input_tokens=1000)
+    assert anchor is not None and anchor.message_chars == 2000
+    history += [AssistantMessage(text="reply " * 100), UserMessage(text="more")]
+    # Its own count stands for the prefix: a prefix it measured is not measured again.
+    anchor.message_chars = 5000
+    grown = estimator.observe(history, fixed_chars=10, input_tokens=1500, anchor=anchor)
+    assert grown is not None and grown.message_chars == 5000 + 600 + 4
+    assert grown.messages == 3 and grown.last is history[-1]
+    # A prefix that no longer holds (the history was rewritten shorter) is measured whole.
+    rewritten: list[ChatMessage] = [UserMessage(text="summary"), UserMessage(text="after")]
+    whole = estimator.observe(rewritten, fixed_chars=10, input_tokens=800, anchor=grown)
+    assert whole is not None and whole.message_chars == 7 + 5
+    assert estimator.observe(history, fixed_chars=10, input_tokens=0, anchor=grown) is None
+
+
 async def test_the_conversation_rebuilt_after_a_restart_is_the_compacted_one(
     tmp_path: Path,
 ) -> None:

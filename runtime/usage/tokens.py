@@ -123,12 +123,20 @@ class TokenEstimator:
         *,
         fixed_chars: int,
         input_tokens: int,
+        anchor: Anchor | None = None,
     ) -> Anchor | None:
         """Learn from a provider's count of a request; the new anchor (None
-        when the provider counted nothing)."""
+        when the provider counted nothing). ``anchor``: the conversation's
+        anchor before this request; when its prefix still holds, only the
+        messages added since are measured, so a turn's cost does not grow
+        with the length of the history."""
         if input_tokens <= 0:
             return None
-        chars = sum(message_chars(m) for m in messages)
+        if anchor is not None and _prefix_holds(anchor, messages):
+            chars = anchor.message_chars
+            chars += sum(message_chars(m) for m in messages[anchor.messages :])
+        else:
+            chars = sum(message_chars(m) for m in messages)
         usable = input_tokens - PER_MESSAGE_TOKENS * len(messages)
         if usable > 0 and chars + fixed_chars > 0:
             ratio = (chars + fixed_chars) / usable
