@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import compileall
 import importlib.util
+import json
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -31,6 +34,16 @@ def compile_coterie() -> str:
     flag = "set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "unset"
     state = "already compiled" if had else "compiled now"
     return f"coterie's modules {state} (PYTHONDONTWRITEBYTECODE {flag})"
+
+
+def peer_json(cmd: list[str], timeout: float = 1800) -> dict[str, Any] | str:
+    """Run a peer's script (``cmd``) and read the JSON object it prints last;
+    on a failure, why (the end of its stderr)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        return f"failed: {done.stderr.strip()[-300:]}"
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def cpu_of(proc: psutil.Process) -> float:

@@ -28,7 +28,6 @@ import json
 import os
 import random
 import resource
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,7 +43,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._procs import our_ray_processes  # noqa: E402
+from benchmarks._procs import our_ray_processes, peer_json  # noqa: E402
 from coterie import Runtime  # noqa: E402
 from coterie.actors.eval import RayExecutor  # noqa: E402
 from coterie.runtime.config import RuntimeSettings  # noqa: E402
@@ -171,11 +170,7 @@ def inspect_run(samples: int, latency: float, max_samples: int) -> dict[str, Any
         str(max_samples),
         "--json",
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        return f"failed: {done.stderr.strip()[-300:]}"
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return peer_json(cmd)
 
 
 def main() -> None:

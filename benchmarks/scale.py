@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -88,7 +87,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._procs import compile_coterie, our_ray_processes  # noqa: E402
+from benchmarks._procs import compile_coterie, our_ray_processes, peer_json  # noqa: E402
 from benchmarks.personas import (  # noqa: E402
     KEY_ENV,
     CpuMeter,
@@ -338,11 +337,7 @@ def autogen_run(
         str(rounds),
         "--json",
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        return f"failed: {done.stderr.strip()[-200:]}"
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return peer_json(cmd)
 
 
 def runtime_cpu(spent: dict[str, float]) -> float:
