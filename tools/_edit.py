@@ -12,7 +12,6 @@ BOM and CRLF line endings around it.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -173,6 +172,8 @@ def match_block_anchor(content: str, old: str, new: str) -> list[Candidate]:
     middle = "\n".join(line.strip() for line in old_lines[1:-1])
     lines = content.split("\n")
     starts = _line_starts(content)
+    import difflib  # the edit tool's fuzzy step, rare: not loaded with every persona
+
     out: list[Candidate] = []
     for i, line in enumerate(lines):
         if line.strip() != first:
