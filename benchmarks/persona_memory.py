@@ -14,8 +14,8 @@ private memory (USS) after each stage:
 3. coterie's modules, those of ``import coterie.actors.persona`` and those
    Ray imports wherever a handle to an actor is made (a persona holds the
    router's, the audit log's, the memory store's and the scheduler's);
-4. coterie's OpenAI provider, the same number of requests through it,
-   every built-in tool offered.
+4. coterie's OpenAI provider over that same client (a persona holds one),
+   the same number of requests through it, every built-in tool offered.
 
 Then ``--personas`` real persona actors, each with ``--conversations``
 conversations over ``--rounds`` bursts against the same server, and their
@@ -123,6 +123,9 @@ class Stages:
                 max_retries=0,
             )
         )
+        # The floor's client, built as the provider builds its own: a persona
+        # holds one, and its cost is the SDK's (counted in the stage before).
+        self.model._client = self.client
         registry = builtin_registry()
         tools = [spec.definition() for spec in (registry.get(n) for n in registry.names()) if spec]
         requests = [
@@ -204,7 +207,7 @@ def main() -> None:
             provider - modules,
             "coterie",
         ),
-        ("a persona actor after its turns (mean)", persona, persona - provider, "ours"),
+        ("a persona actor after its turns (mean)", persona, persona - provider, "coterie"),
     ]
     table = Table(
         title=f"USS of one process, stage by stage ({args.conversations} requests at once; "
