@@ -15,7 +15,7 @@ import gc
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import ray
 
@@ -25,6 +25,9 @@ from coterie.runtime.errors import ActorLostError, CoterieError, ToolError
 from coterie.runtime.memory import MemoryBackend
 from coterie.runtime.metrics import EventMetrics
 from coterie.runtime.routing import retry_transient
+
+if TYPE_CHECKING:
+    from coterie.runtime.schedule.service import SchedulerService
 
 NAMESPACE = "coterie"
 #: How long a ping may take before the actor counts as not (yet) reachable.
@@ -189,6 +192,40 @@ class ActorProxy:
         return call
 
 
+class NamedActorProxy(ActorProxy):
+    """An :class:`ActorProxy` over the actor named ``name``, its handle made
+    on the first call. Ray imports an actor's class module (and all that
+    module imports) in every process that makes a handle to it: a persona
+    that never gets a fire or sets a reminder does not load the scheduler's
+    engine, store and actor. A name no actor holds (any more) is an
+    :class:`ActorLostError` at the call, which the callers handle as any
+    unreachable actor."""
+
+    def __init__(self, name: str, namespace: str, *, reads: frozenset[str] = frozenset()) -> None:
+        super().__init__(None, reads=reads)
+        self._name = name
+        self._namespace = namespace
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        if method.startswith("__"):  # copy, pickle and the like: not the actor's
+            raise AttributeError(method)
+        if self._handle is None:
+            try:
+                self._handle = ray.get_actor(self._name, namespace=self._namespace)
+            except ValueError:
+                raise ActorLostError(f"no actor {self._name!r} is running") from None
+        return super().__getattr__(method)
+
+
+def scheduler_service(name: str, namespace: str) -> SchedulerService:
+    """The Scheduler actor named ``name`` as the :class:`SchedulerService` a
+    persona's turns use (its errors translated; a listing is retried while
+    the actor restarts, since it is safe to repeat); its handle is made on
+    the first call (:class:`NamedActorProxy`)."""
+    proxy = NamedActorProxy(name, namespace, reads=frozenset({"listing"}))
+    return cast("SchedulerService", proxy)
+
+
 def memory_backend(handle: Any) -> MemoryBackend:
     """The MemoryStore actor as the :class:`~runtime.memory.MemoryBackend` a
     persona's :class:`~runtime.memory.MemoryClient` talks to."""
@@ -240,6 +277,7 @@ def upload_runtime_env(env: dict[str, Any] | None, scratch: Path) -> dict[str, A
 __all__ = [
     "NAMESPACE",
     "ActorProxy",
+    "NamedActorProxy",
     "RayPersonaLink",
     "actor_id",
     "audit_buffer_for",
@@ -254,6 +292,7 @@ __all__ = [
     "router_name",
     "runtime_id",
     "scheduler_name",
+    "scheduler_service",
     "unwrap",
     "upload_runtime_env",
 ]

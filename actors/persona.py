@@ -18,7 +18,7 @@ import pickle
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -31,11 +31,11 @@ from coterie.actors._ray import (
     memory_backend,
     read,
     remote,
+    scheduler_service,
 )
 from coterie.actors.coding_agent import RayCodingAgents
 from coterie.actors.mcp import RayMcpClients
 from coterie.actors.metrics import ray_meter
-from coterie.actors.scheduler import scheduler_service
 from coterie.actors.shell import ShellProcesses
 from coterie.actors.subagent import RaySubagents
 from coterie.runtime import tracing
@@ -52,11 +52,13 @@ from coterie.runtime.plugins import PluginSet
 from coterie.runtime.plugins.code import load_code_tools
 from coterie.runtime.plugins.report import check_missing, tools_of_persona
 from coterie.runtime.routing import Directory, IdleWatcher
-from coterie.runtime.schedule.service import SchedulerService
 from coterie.runtime.services import Services
 from coterie.runtime.tool import ToolRegistry
 from coterie.runtime.usage.budget import RouterBudget
 from coterie.tools import registry_for
+
+if TYPE_CHECKING:
+    from coterie.runtime.schedule.service import SchedulerService
 
 log = logging.getLogger("coterie.persona")
 
@@ -98,15 +100,13 @@ def persona_registry(persona: Any, plugins: PluginSet | None) -> ToolRegistry:
 
 
 def _scheduler(name: str | None, namespace: str) -> SchedulerService | None:
-    """The runtime's Scheduler actor as a service (None without one: fires
-    are then not deduplicated and the remind tool is not offered)."""
+    """The runtime's Scheduler actor as a service (None when the runtime runs
+    none: fires are then not deduplicated and the remind tool is not offered)."""
     if name is None:
         return None
-    try:
-        return scheduler_service(ray.get_actor(name, namespace=namespace))
-    except ValueError:
-        log.warning("no scheduler actor %r: this persona runs without one", name)
-        return None
+    # Its handle is made at the first fire or reminder (a handle loads the
+    # scheduler's modules here); gone by then, the call fails as unreachable.
+    return scheduler_service(name, namespace)
 
 
 class PersonaActor:

@@ -19,7 +19,7 @@ accepted, whichever comes first — never a busy loop.
 :class:`HoldPoints` is a test hook: armed at a named step of a fire
 (``before_claim``, ``after_claim``, ``after_dispatch``), the actor stops
 there for good, so a test can kill its process at exactly that step.
-Personas reach the actor through :func:`scheduler_service`.
+Personas reach the actor through :func:`~coterie.actors._ray.scheduler_service`.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import os
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
 import ray
 
 from coterie.actors._plugins import env_options, load_here
-from coterie.actors._ray import ActorProxy, RayPersonaLink, audit_buffer_for
+from coterie.actors._ray import RayPersonaLink, audit_buffer_for
 from coterie.runtime import tracing
 from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.connectors import ConnectorInfo
@@ -52,7 +52,6 @@ from coterie.runtime.schedule import (
     RemindResult,
     ScheduleListing,
     Scheduler,
-    SchedulerService,
     ScheduleStore,
     SystemClock,
 )
@@ -269,13 +268,6 @@ def get_or_create_scheduler(
     )
 
 
-def scheduler_service(handle: Any) -> SchedulerService:
-    """The Scheduler actor as the :class:`SchedulerService` a persona's
-    turns use (its errors translated; a listing is retried while the actor
-    restarts, since it is safe to repeat)."""
-    return cast(SchedulerService, ActorProxy(handle, reads=frozenset({"listing"})))
-
-
 __all__ = [
     "HOLD_POINTS",
     "HoldPoint",
@@ -283,5 +275,4 @@ __all__ = [
     "SchedulerActor",
     "SchedulerActorRemote",
     "get_or_create_scheduler",
-    "scheduler_service",
 ]

@@ -272,9 +272,29 @@ def test_a_persona_process_loads_no_library_before_it_needs_it() -> None:
     # The ACP SDK waits for a coding agent's session (runtime.delegation.acp loads it lazily).
     rare = ("acp", "bs4", "croniter", "dateutil", "difflib")
     # Ray imports an actor's class wherever a handle to it is made: a persona
-    # holds the router's, the audit log's, the memory store's and the scheduler's.
-    handles = ", ".join(f"coterie.actors.{a}" for a in ("router", "audit", "memory", "scheduler"))
-    assert loaded_by(f"coterie.actors.persona, {handles}", (*later, *rare)) == []
+    # holds the router's, the audit log's and the memory store's; the
+    # scheduler's it makes at its first fire or reminder (test_named_actor_proxy).
+    handles = ", ".join(f"coterie.actors.{a}" for a in ("router", "audit", "memory"))
+    scheduler = (
+        "coterie.actors.scheduler",
+        "coterie.runtime.fires",
+        *(f"coterie.runtime.schedule.{m}" for m in ("engine", "store", "service", "clock")),
+    )
+    assert loaded_by(f"coterie.actors.persona, {handles}", (*later, *rare, *scheduler)) == []
+
+
+def test_the_schedule_package_offers_every_name_it_lists() -> None:
+    """Its names load with their modules on first use: each one it lists resolves."""
+    import importlib
+
+    import coterie.runtime.schedule as schedule
+
+    assert sorted(schedule.__all__) == sorted(schedule._WHERE)
+    for name in schedule.__all__:
+        module = importlib.import_module(f"coterie.runtime.schedule.{schedule._WHERE[name]}")
+        assert getattr(schedule, name) is getattr(module, name), name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        schedule.Nope  # noqa: B018
 
 
 def test_the_lean_serialization_module_loads_nothing_of_coteries() -> None:

@@ -17,51 +17,114 @@ The guide's page "Schedules and reminders" says what a user sees.
 
 from __future__ import annotations
 
-from coterie.runtime.schedule.clock import Clock, FakeClock, SystemClock
-from coterie.runtime.schedule.cron import CronSpec, Every, format_duration, parse_duration
-from coterie.runtime.schedule.engine import Scheduler
-from coterie.runtime.schedule.entries import (
-    CHECKLIST_FILE,
-    HEARTBEAT_NAME,
-    SCHEDULES_FILE,
-    ActiveHours,
-    Checklist,
-    CronConfig,
-    DeliverTarget,
-    Entry,
-    EntryKind,
-    HeartbeatConfig,
-    PersonaSchedules,
-    ScheduleFile,
-    load_schedules,
-    read_checklist,
-    write_schedules,
-)
-from coterie.runtime.schedule.records import (
-    Decision,
-    EntryStatus,
-    Fire,
-    FireKey,
-    FireReport,
-    FireState,
-    Miss,
-    Outcome,
-    Queue,
-    RemindAction,
-    Reminder,
-    RemindRequest,
-    RemindResult,
-    ScheduleFileError,
-    ScheduleListing,
-    Skip,
-    fire_id,
-)
-from coterie.runtime.schedule.service import (
-    LocalScheduler,
-    SchedulerService,
-    read_listing,
-)
-from coterie.runtime.schedule.store import STORE_FILE, ScheduleStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Every name loads with its module when first asked for. Importing one module
+# of the package runs this file first: a persona's process needs the remind
+# tool's records, never the engine, its store, the service or croniter.
+if TYPE_CHECKING:
+    from coterie.runtime.schedule.clock import Clock, FakeClock, SystemClock
+    from coterie.runtime.schedule.cron import CronSpec, Every, format_duration, parse_duration
+    from coterie.runtime.schedule.engine import Scheduler
+    from coterie.runtime.schedule.entries import (
+        CHECKLIST_FILE,
+        HEARTBEAT_NAME,
+        SCHEDULES_FILE,
+        ActiveHours,
+        Checklist,
+        CronConfig,
+        DeliverTarget,
+        Entry,
+        EntryKind,
+        HeartbeatConfig,
+        PersonaSchedules,
+        ScheduleFile,
+        load_schedules,
+        read_checklist,
+        write_schedules,
+    )
+    from coterie.runtime.schedule.records import (
+        Decision,
+        EntryStatus,
+        Fire,
+        FireKey,
+        FireReport,
+        FireState,
+        Miss,
+        Outcome,
+        Queue,
+        RemindAction,
+        Reminder,
+        RemindRequest,
+        RemindResult,
+        ScheduleFileError,
+        ScheduleListing,
+        Skip,
+        fire_id,
+    )
+    from coterie.runtime.schedule.service import (
+        LocalScheduler,
+        SchedulerService,
+        read_listing,
+    )
+    from coterie.runtime.schedule.store import STORE_FILE, ScheduleStore
+
+#: module -> the names it offers here.
+_MODULES: dict[str, tuple[str, ...]] = {
+    "clock": ("Clock", "FakeClock", "SystemClock"),
+    "cron": ("CronSpec", "Every", "format_duration", "parse_duration"),
+    "engine": ("Scheduler",),
+    "entries": (
+        "CHECKLIST_FILE",
+        "HEARTBEAT_NAME",
+        "SCHEDULES_FILE",
+        "ActiveHours",
+        "Checklist",
+        "CronConfig",
+        "DeliverTarget",
+        "Entry",
+        "EntryKind",
+        "HeartbeatConfig",
+        "PersonaSchedules",
+        "ScheduleFile",
+        "load_schedules",
+        "read_checklist",
+        "write_schedules",
+    ),
+    "records": (
+        "Decision",
+        "EntryStatus",
+        "Fire",
+        "FireKey",
+        "FireReport",
+        "FireState",
+        "Miss",
+        "Outcome",
+        "Queue",
+        "RemindAction",
+        "Reminder",
+        "RemindRequest",
+        "RemindResult",
+        "ScheduleFileError",
+        "ScheduleListing",
+        "Skip",
+        "fire_id",
+    ),
+    "service": ("LocalScheduler", "SchedulerService", "read_listing"),
+    "store": ("STORE_FILE", "ScheduleStore"),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CHECKLIST_FILE",
