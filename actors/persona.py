@@ -43,6 +43,7 @@ from coterie.runtime.audit.loader import ConversationLoader
 from coterie.runtime.config import RuntimeSettings, load_persona
 from coterie.runtime.connectors import ConnectorInfo, OutboundMessage
 from coterie.runtime.delegation.records import AgentAsk
+from coterie.runtime.heap import HeapTrimmer, malloc_trim
 from coterie.runtime.memory import MemoryClient
 from coterie.runtime.messages import ConversationRecord, MessageEnvelope, PersonaStats
 from coterie.runtime.metrics import EventMetrics
@@ -200,6 +201,8 @@ class PersonaActor:
                 roster=roster,
                 cluster_addresses=cluster_addresses(),
                 history=self.conversations.load,
+                # Its own process: what a burst of turns freed goes back.
+                heap=HeapTrimmer(malloc_trim()),
             ),
         )
         self.watcher: IdleWatcher | None = None

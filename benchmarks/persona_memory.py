@@ -20,10 +20,13 @@ private memory (USS) after each stage:
 
 Then ``--personas`` real persona actors, each with ``--conversations``
 conversations over ``--rounds`` bursts against the same server, and their
-mean USS: what is above stage 4 is the persona's own state (its
-conversations, audit buffer and spool, tool registry, the handles, its
-actor's machinery). The last lines say how much of the persona is coterie's
-against the issue 41 target of 70 MiB.
+mean USS once quiet: what is above stage 4 is the persona's own state (its
+conversations, audit buffer and spool, tool registry, its actor's
+machinery). Then fresh personas take ``--wide`` conversations each at once:
+their USS as the replies are in (the burst's high-water mark) and once they
+have been quiet long enough for their heaps to be trimmed
+(``runtime.heap``), each beside the first personas'. The last lines say
+how much of the persona is coterie's against the issue 41 target of 70 MiB.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from benchmarks.personas import (  # noqa: E402
     write_persona,
 )
 from coterie import Runtime  # noqa: E402
+from coterie.runtime.heap import QUIET_FOR  # noqa: E402
 
 TARGET = 70.0
 #: The actor modules Ray loads in a persona's process, which holds a handle to
@@ -144,9 +148,13 @@ def lean_stages() -> Any:
     return ray.remote(num_cpus=0)(type("LeanStages", (Stages,), {"_lean": lean}))
 
 
-def personas_uss(base_url: str, personas: int, conversations: int, rounds: int) -> float:
+def personas_uss(
+    base_url: str, personas: int, conversations: int, rounds: int
+) -> tuple[float, float]:
     """Mean USS of ``personas`` OpenAI personas after ``rounds`` bursts of
-    ``conversations`` conversations each."""
+    ``conversations`` conversations each: as the last burst's replies are in,
+    and once they have been quiet for a while (their heaps trimmed,
+    ``runtime.heap``)."""
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         names = [f"mem-{i}" for i in range(personas)]
@@ -156,16 +164,20 @@ def personas_uss(base_url: str, personas: int, conversations: int, rounds: int) 
             write_persona(home, name, body)
         rt = Runtime.start(home=home)
         try:
+            pids: set[int] = set()
             for _ in range(rounds):
                 asks = [(p, f"{p}:c{k}") for k in range(conversations) for p in names]
                 _, _, replies = asyncio.run(ask_all(rt, asks))
                 bad = [r.error for r in replies if r.status != "ok"]
                 if bad:
                     raise RuntimeError(f"{len(bad)} turns failed: {bad[0]}")
+                pids = pids or persona_pids(rt, names)
+            # Within the trimmer's pause (QUIET_FOR): the burst's high-water mark.
+            at_end = sum(uss_mib(pid) for pid in pids) / len(pids)
             rt.flush()
-            time.sleep(2.0)  # the audit buffer's last flush and the turns' tails
-            pids = persona_pids(rt, names)
-            return sum(uss_mib(pid) for pid in pids) / len(pids)
+            time.sleep(QUIET_FOR + 1.5)  # the audit buffer's last flush, the trim
+            quiet = sum(uss_mib(pid) for pid in pids) / len(pids)
+            return at_end, quiet
         finally:
             rt.shutdown()
 
@@ -175,6 +187,9 @@ def main() -> None:
     parser.add_argument("--personas", type=int, default=3)
     parser.add_argument("--conversations", type=int, default=10, help="per persona, at once")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--wide", type=int, default=100, help="conversations per persona at once, the second burst"
+    )
     args = parser.parse_args()
     console.print(compile_coterie())
     os.environ[KEY_ENV] = "sk-bench-dummy"  # persona actors inherit the driver's env
@@ -190,7 +205,10 @@ def main() -> None:
             provider = ray.get(probe.provider.remote())
             ray.kill(probe)
             ray.shutdown()
-            persona = personas_uss(server.base_url, args.personas, args.conversations, args.rounds)
+            _, persona = personas_uss(
+                server.base_url, args.personas, args.conversations, args.rounds
+            )
+            wide_end, wide = personas_uss(server.base_url, args.personas, args.wide, 1)
         finally:
             if ray.is_initialized():
                 ray.shutdown()
@@ -210,6 +228,13 @@ def main() -> None:
             "coterie",
         ),
         ("a persona actor after its turns (mean)", persona, persona - provider, "coterie"),
+        (
+            f"after {args.wide} conversations at once, as the replies are in",
+            wide_end,
+            wide_end - persona,
+            "coterie",
+        ),
+        (f"the same, quiet for {QUIET_FOR:g} s (heap trimmed)", wide, wide - persona, "coterie"),
     ]
     table = Table(
         title=f"USS of one process, stage by stage ({args.conversations} requests at once; "

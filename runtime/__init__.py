@@ -7,8 +7,8 @@ through), ``tool`` and ``runner`` (the tool contract and running calls),
 ``loop`` (the tool loop), ``prompt``, ``mcp_source`` (MCP tools as the model
 sees them), ``frontdoor`` (the one facade every door asks through), ``hub``
 (personas of one process talking without Ray), ``fires`` (the scheduler's
-fires as personas' messages, and what happened to them as audit events) and
-``yaml_load``.
+fires as personas' messages, and what happened to them as audit events),
+``heap`` (a quiet process's free heap given back) and ``yaml_load``.
 
 Each concern has its package: ``config`` (persona.yaml, runtime.yaml, the
 home), ``persona`` (a persona's queues, turns and wiring), ``models``

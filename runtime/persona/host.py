@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from coterie.runtime.config import RuntimeSettings
 from coterie.runtime.delegation import SubagentLauncher
 from coterie.runtime.delegation.records import CodingAgentLauncher
+from coterie.runtime.heap import HeapTrimmer
 from coterie.runtime.mcp.hub import ClientFactory
 from coterie.runtime.persona.history import HistoryLoader
 
@@ -36,6 +37,9 @@ class PersonaHost:
     #: Reads a conversation back from the audit log; without it, conversations
     #: are never dropped from memory (they could not come back).
     history: HistoryLoader | None = None
+    #: Gives the process's free heap back once no turn runs (one persona per
+    #: process on Ray); None: never trimmed (personas sharing a process).
+    heap: HeapTrimmer | None = None
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,10 @@ class ConversationQueues:
         # queues of a persona holding 1,000 conversations cost ~11% of its
         # busy time (benchmarks/profile_persona.py).
         self._queued = 0
+        # Conversations whose worker runs: at 0 the process is quiet, and the
+        # host's heap trimmer gives back what the turns freed.
+        self._draining = 0
+        self._heap = host.heap
 
     def __len__(self) -> int:
         """How many conversations are held in memory."""
@@ -213,6 +217,9 @@ class ConversationQueues:
         if slot.in_turn:
             slot.interrupt = True  # soft: the turn stops after its current tools
         if not slot.running():
+            if self._heap is not None and self._draining == 0:
+                self._heap.busy()
+            self._draining += 1
             slot.worker = asyncio.create_task(self._drain(slot))
         return pending
 
@@ -263,6 +270,14 @@ class ConversationQueues:
         return rebuilt
 
     async def _drain(self, slot: _Slot) -> None:
+        try:
+            await self._take_turns(slot)
+        finally:
+            self._draining -= 1
+            if self._heap is not None and self._draining == 0:
+                self._heap.quiet()
+
+    async def _take_turns(self, slot: _Slot) -> None:
         while slot.queue:
             taken, slot.queue = slot.queue, []
             self._queued -= len(taken)
