@@ -83,6 +83,8 @@ class Stages:
         return float(psutil.Process().memory_full_info().uss / MiB)
 
     async def sdk(self) -> float:
+        # The call of scale.py's SdkActor, written again here: a worker whose
+        # class came from there would import scale.py and all it imports.
         import openai
 
         self.client = openai.AsyncOpenAI(

@@ -289,9 +289,9 @@ def test_the_schedule_package_offers_every_name_it_lists() -> None:
 
     import coterie.runtime.schedule as schedule
 
-    assert sorted(schedule.__all__) == sorted(schedule._WHERE)
+    assert sorted(schedule.__all__) == sorted(schedule._LAZY)
     for name in schedule.__all__:
-        module = importlib.import_module(f"coterie.runtime.schedule.{schedule._WHERE[name]}")
+        module = importlib.import_module(f"coterie.runtime.schedule.{schedule._LAZY[name]}")
         assert getattr(schedule, name) is getattr(module, name), name
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         schedule.Nope  # noqa: B018

@@ -70,55 +70,58 @@ if TYPE_CHECKING:
     )
     from coterie.runtime.schedule.store import STORE_FILE, ScheduleStore
 
-#: module -> the names it offers here.
-_MODULES: dict[str, tuple[str, ...]] = {
-    "clock": ("Clock", "FakeClock", "SystemClock"),
-    "cron": ("CronSpec", "Every", "format_duration", "parse_duration"),
-    "engine": ("Scheduler",),
-    "entries": (
-        "CHECKLIST_FILE",
-        "HEARTBEAT_NAME",
-        "SCHEDULES_FILE",
-        "ActiveHours",
-        "Checklist",
-        "CronConfig",
-        "DeliverTarget",
-        "Entry",
-        "EntryKind",
-        "HeartbeatConfig",
-        "PersonaSchedules",
-        "ScheduleFile",
-        "load_schedules",
-        "read_checklist",
-        "write_schedules",
-    ),
-    "records": (
-        "Decision",
-        "EntryStatus",
-        "Fire",
-        "FireKey",
-        "FireReport",
-        "FireState",
-        "Miss",
-        "Outcome",
-        "Queue",
-        "RemindAction",
-        "Reminder",
-        "RemindRequest",
-        "RemindResult",
-        "ScheduleFileError",
-        "ScheduleListing",
-        "Skip",
-        "fire_id",
-    ),
-    "service": ("LocalScheduler", "SchedulerService", "read_listing"),
-    "store": ("STORE_FILE", "ScheduleStore"),
+#: Every name, by the module that defines it.
+_LAZY = {
+    "Clock": "clock",
+    "FakeClock": "clock",
+    "SystemClock": "clock",
+    "CronSpec": "cron",
+    "Every": "cron",
+    "format_duration": "cron",
+    "parse_duration": "cron",
+    "Scheduler": "engine",
+    "CHECKLIST_FILE": "entries",
+    "HEARTBEAT_NAME": "entries",
+    "SCHEDULES_FILE": "entries",
+    "ActiveHours": "entries",
+    "Checklist": "entries",
+    "CronConfig": "entries",
+    "DeliverTarget": "entries",
+    "Entry": "entries",
+    "EntryKind": "entries",
+    "HeartbeatConfig": "entries",
+    "PersonaSchedules": "entries",
+    "ScheduleFile": "entries",
+    "load_schedules": "entries",
+    "read_checklist": "entries",
+    "write_schedules": "entries",
+    "Decision": "records",
+    "EntryStatus": "records",
+    "Fire": "records",
+    "FireKey": "records",
+    "FireReport": "records",
+    "FireState": "records",
+    "Miss": "records",
+    "Outcome": "records",
+    "Queue": "records",
+    "RemindAction": "records",
+    "Reminder": "records",
+    "RemindRequest": "records",
+    "RemindResult": "records",
+    "ScheduleFileError": "records",
+    "ScheduleListing": "records",
+    "Skip": "records",
+    "fire_id": "records",
+    "LocalScheduler": "service",
+    "SchedulerService": "service",
+    "read_listing": "service",
+    "STORE_FILE": "store",
+    "ScheduleStore": "store",
 }
-_WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
+    module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
