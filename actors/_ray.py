@@ -98,6 +98,10 @@ def cluster_addresses() -> frozenset[str]:
     )
 
 
+#: Allocations (net of frees) of tracked objects before a young collection.
+YOUNG_COLLECTION_AFTER = 5000
+
+
 def freeze_heap() -> int:
     """Exempt every object alive now from the cyclic collector; how many are.
 
@@ -107,8 +111,17 @@ def freeze_heap() -> int:
     the persona CPU of one burst in four. Called once the process is set up
     and again once its first turn has loaded the SDK; objects frozen then
     stay (modules, classes, the client), which is what they would do anyway.
+
+    It also lets the young generation grow to :data:`YOUNG_COLLECTION_AFTER`
+    objects before it is collected (Python's default is 700). A turn's
+    objects are freed by their reference counts, not by the collector (a
+    busy OpenAI persona's collections found nothing to free), yet at 700 a
+    persona ran a collection every four turns and a full one every ~500:
+    0.08 ms of CPU per turn, against 0.009 ms at 5,000.
     """
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_AFTER, older, oldest)
     return gc.get_freeze_count()
 
 

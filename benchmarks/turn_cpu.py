@@ -13,7 +13,9 @@ beside the floor that does the same minus coterie, measured in the same run:
 * **through Ray** (the actor's process): the same OpenAI persona as a
   Persona actor called through ``Runtime.ask_async`` beside the SDK-floor
   actor called with ``.remote()``; the scripted persona beside a bare async
-  actor whose method returns its argument (Ray's own cost of one call).
+  actor whose method returns its argument (Ray's own cost of one call);
+  and of each actor's CPU, what its cyclic garbage collector took (timed
+  in the actor's process through ``gc.callbacks``).
 
 Turns go to 100 conversations in turn, so each persona's histories grow
 over the run (to about ``--rounds x --turns / 100`` exchanges), as in use; the
@@ -87,19 +89,64 @@ async def waves(call: Callable[[int], Awaitable[Any]], turns: int, in_flight: in
         await asyncio.gather(*(call(start + j) for j in range(min(in_flight, turns - start))))
 
 
+async def _no_collector() -> float:
+    return 0.0
+
+
 async def per_turn(
     proc: psutil.Process,
     call: Callable[[int], Awaitable[Any]],
     args: argparse.Namespace,
-) -> float:
-    """Median over ``--rounds`` of ``proc``'s CPU per turn (ms), after a warm-up."""
+    gc_seconds: Callable[[], Awaitable[float]] = _no_collector,
+) -> tuple[float, float]:
+    """Medians over ``--rounds``, after a warm-up, of ``proc``'s CPU per turn
+    and of the part of it ``gc_seconds`` (the process's cyclic-collector CPU
+    so far) counts, both in ms."""
     await waves(call, 100, args.in_flight)
-    samples = []
+    cpu, collector = [], []
     for _ in range(args.rounds):
-        before = cpu_of(proc)
+        before, gc_before = cpu_of(proc), await gc_seconds()
         await waves(call, args.turns, args.in_flight)
-        samples.append(1000 * (cpu_of(proc) - before) / args.turns)
-    return statistics.median(samples)
+        cpu.append(1000 * (cpu_of(proc) - before) / args.turns)
+        collector.append(1000 * (await gc_seconds() - gc_before) / args.turns)
+    return statistics.median(cpu), statistics.median(collector)
+
+
+def _time_collections(self: object) -> None:
+    """Run in an actor's process (by value, from this script): keep the CPU
+    its cyclic collections take, in ``gc._bench_seconds``."""
+    import gc
+    import time
+
+    if hasattr(gc, "_bench_seconds"):
+        return
+    gc._bench_seconds = 0.0  # type: ignore[attr-defined]
+    started = [0.0]
+
+    def timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.thread_time()
+        else:
+            gc._bench_seconds += time.thread_time() - started[0]  # type: ignore[attr-defined]
+
+    gc.callbacks.append(timer)
+
+
+def _collections_so_far(self: object) -> float:
+    import gc
+
+    return float(gc._bench_seconds)  # type: ignore[attr-defined]
+
+
+def collector_of(actor: Any) -> Callable[[], Awaitable[float]]:
+    """The CPU seconds ``actor``'s process has spent in its cyclic collector
+    since this was first called for it."""
+    ray.get(actor.__ray_call__.remote(_time_collections))
+
+    async def seconds() -> float:
+        return float(await actor.__ray_call__.remote(_collections_so_far))
+
+    return seconds
 
 
 def envelope(name: str, i: int) -> MessageEnvelope:
@@ -137,12 +184,12 @@ async def in_process(home: Path, srv: ServerProcess, args: argparse.Namespace) -
             if reply.status != "ok":
                 raise RuntimeError(f"{name}: {reply.status}: {reply.text}")
 
-        out[kind] = await per_turn(me, turn, args)
+        out[kind], _ = await per_turn(me, turn, args)
         await rt.aclose()
         await buffer.aclose()
     out["fresh"] = await fresh_conversations(home, args)
     sdk = SdkActor(srv.base_url + "/chat/completions")
-    out["sdk"] = await per_turn(me, sdk.call, args)
+    out["sdk"], _ = await per_turn(me, sdk.call, args)
     await sdk.session.close()
     return out
 
@@ -170,7 +217,7 @@ async def fresh_conversations(home: Path, args: argparse.Namespace) -> float:
     await waves(turn, settings.max_conversations, args.in_flight)  # up to the cap
     if rt.conversations() != settings.max_conversations:
         raise RuntimeError(f"holds {rt.conversations()} conversations, not the cap")
-    ms = await per_turn(psutil.Process(), turn, args)
+    ms, _ = await per_turn(psutil.Process(), turn, args)
     await rt.aclose()
     await buffer.aclose()
     return ms
@@ -183,13 +230,14 @@ async def through_ray(
     for kind, name in NAMES.items():
         await rt.ask_async(name, "hello", conversation_id="warm")
         proc = psutil.Process(next(iter(persona_pids(rt, [name]))))
+        gc_seconds = collector_of(ray.get(rt.router.resolve.remote(name)))
 
         async def ask(i: int, name: str = name) -> None:
             reply = await rt.ask_async(name, f"ping {i}", conversation_id=f"c{i % 100}")
             if reply.status != "ok":
                 raise RuntimeError(f"{name}: {reply.status}: {reply.text}")
 
-        out[kind] = await per_turn(proc, ask, args)
+        out[kind], out[f"{kind}-gc"] = await per_turn(proc, ask, args, gc_seconds)
     data = envelope(NAMES["scripted"], 0).model_dump_json()
     # Each floor actor and what its call takes: the SDK floor a request
     # number, the echo actor an envelope as the persona gets one.
@@ -203,7 +251,7 @@ async def through_ray(
         async def call(i: int, actor: Any = actor, argument: Any = argument) -> None:
             await actor.call.remote(argument(i))
 
-        out[kind] = await per_turn(proc, call, args)
+        out[kind], out[f"{kind}-gc"] = await per_turn(proc, call, args, collector_of(actor))
         ray.kill(actor)
     return out
 
@@ -244,17 +292,17 @@ def main() -> None:
     for column in ("figure", "coterie", "floor", "floor is", "ratio", "difference"):
         table.add_column(column, justify="left" if column in ("figure", "floor is") else "right")
 
-    def row(figure: str, ours: float, floor: float | None, what: str) -> None:
+    def row(figure: str, ours: float, floor: float | None, what: str, digits: int = 2) -> None:
         if floor is None:
-            table.add_row(figure, f"{ours:.2f}", "", what, "", "")
+            table.add_row(figure, f"{ours:.{digits}f}", "", what, "", "")
             return
         table.add_row(
             figure,
-            f"{ours:.2f}",
-            f"{floor:.2f}",
+            f"{ours:.{digits}f}",
+            f"{floor:.{digits}f}",
             what,
-            f"{ours / floor:.2f}x",
-            f"{ours - floor:.2f}",
+            f"{ours / floor:.2f}x" if floor > 0 else "",
+            f"{ours - floor:.{digits}f}",
         )
 
     row("in-process: OpenAI persona turn", local["openai"], local["sdk"], "the SDK call alone")
@@ -266,7 +314,21 @@ def main() -> None:
         "100 conversations in turn",
     )
     row("Ray: OpenAI persona, its process", actors["openai"], actors["sdk"], "SDK-floor actor")
+    row(
+        "  of which its cyclic collector",
+        actors["openai-gc"],
+        actors["sdk-gc"],
+        "the SDK-floor actor's",
+        digits=3,
+    )
     row("Ray: scripted persona, its process", actors["scripted"], actors["echo"], "echo actor")
+    row(
+        "  of which its cyclic collector",
+        actors["scripted-gc"],
+        actors["echo-gc"],
+        "the echo actor's",
+        digits=3,
+    )
     row("Ray shell: scripted persona", actors["scripted"], local["scripted"], "same, in-process")
     Console(width=None if sys.stdout.isatty() else 140).print(table)
 

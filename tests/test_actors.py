@@ -12,6 +12,7 @@ import ray
 
 from coterie import Runtime
 from coterie.actors import router_name
+from coterie.actors._ray import YOUNG_COLLECTION_AFTER
 from coterie.runtime.errors import PersonaConfigError, UnknownPersonaError
 from coterie.runtime.messages import MessageEnvelope, ReplyEnvelope
 from tests.helpers import scripted, write_persona
@@ -276,6 +277,24 @@ def test_persona_freezes_its_heap_when_set_up_and_after_its_first_turn_only(rt: 
         rt.ask("settler", "more", conversation_id=f"settler:{i}")
     # Not again: later turns' objects stay collectable.
     assert ray.get(handle.stats.remote())["heap_frozen"] <= after_first
+
+
+def _gc_threshold(self: object) -> tuple[int, int, int]:
+    import gc
+
+    return gc.get_threshold()
+
+
+def test_persona_collects_its_young_objects_less_often_than_pythons_default(
+    rt: Runtime,
+) -> None:
+    """A turn's objects go with their reference counts; at Python's 700 a busy
+    persona ran the collector every few turns and found nothing to free."""
+    rt.ask("echo", "hello", conversation_id="echo:gc")
+    persona = ray.get(rt.router.resolve.remote("echo"))
+    young, older, oldest = ray.get(persona.__ray_call__.remote(_gc_threshold))
+    assert young == YOUNG_COLLECTION_AFTER > 700
+    assert (older, oldest) == (10, 10)  # Python's own for the older generations
 
 
 def test_personas_listing(rt: Runtime) -> None:
