@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from coterie.runtime.messages import (
 from coterie.runtime.models.scripted import FunctionModel, latest_user_text, tool_call
 from coterie.runtime.persona import PersonaHost, PersonaRuntime
 from coterie.runtime.services import NullAudit, Services
+from coterie.runtime.usage import prices as prices_module
 from coterie.runtime.usage.budget import BudgetLedger, PersonaBudgets, period_start, spent_sql
 from coterie.runtime.usage.prices import PriceTable, cost_of
 from coterie.tools import builtin_registry
@@ -63,6 +65,34 @@ def test_costs_from_the_price_table() -> None:
     assert table.cost("openai", "some-local-llama", usage) is None
     assert table.cost("anthropic", "gpt-4o", usage) is None  # defaults are per provider
     assert table.cost("scripted", "anything", usage) == 0.0
+
+
+def test_a_table_matches_a_models_patterns_once_and_keeps_few(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every model call asks for its price: the patterns are matched once per
+    model, answers (an unknown model's None too) stay the same, and a table
+    asked about ever new names keeps at most a few hundred."""
+    matched: list[str] = []
+    best = prices_module._best
+
+    def counting(patterns: Any, name: str) -> Any:
+        matched.append(name)
+        return best(patterns, name)
+
+    monkeypatch.setattr(prices_module, "_best", counting)
+    table = PriceTable.from_settings({"my-model*": PRICE})
+    first = [table.price("openai", "gpt-4o-mini"), table.price("openai", "local-llama")]
+    calls = len(matched)
+    for _ in range(3):
+        assert [table.price("openai", "gpt-4o-mini"), table.price("openai", "local-llama")] == first
+    assert len(matched) == calls
+    assert first[0] is not None and first[0].input == 0.15 and first[1] is None
+    # Another table (runtime.yaml's prices changed) matches afresh.
+    assert PriceTable.from_settings({"gpt-4o-mini": PRICE}).price("openai", "gpt-4o-mini") == PRICE
+    for i in range(1000):
+        table.price("openai", f"made-up-{i}")
+    assert len(table._found) <= prices_module._KEPT_PRICES
 
 
 async def test_an_unknown_model_costs_null_on_its_model_call(tmp_path: Path) -> None:

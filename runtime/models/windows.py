@@ -10,6 +10,7 @@ provider); else :data:`DEFAULT_WINDOW`. Windows as the providers publish them
 from __future__ import annotations
 
 import fnmatch
+import functools
 
 from coterie.runtime.config import ModelConfig
 from coterie.runtime.models.base import Model
@@ -38,6 +39,7 @@ KNOWN_WINDOWS: tuple[tuple[str, str, int], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=256)  # asked at every model call, of a few names
 def known_window(provider: str, name: str) -> int | None:
     """The published window of ``name``'s family, if a pattern knows it."""
     best: tuple[int, int] | None = None  # (pattern length, window)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coterie.runtime.config import ModelPrice
 from coterie.runtime.messages import Usage
@@ -84,6 +84,10 @@ def cost_of(price: ModelPrice, usage: Usage) -> float:
     ) / 1_000_000
 
 
+#: (provider, model) pairs whose price a table keeps found.
+_KEPT_PRICES = 256
+
+
 def _best(patterns: Mapping[str, ModelPrice], name: str) -> ModelPrice | None:
     exact = patterns.get(name)
     if exact is not None:
@@ -102,6 +106,11 @@ class PriceTable:
 
     overrides: Mapping[str, ModelPrice]
     defaults: Mapping[str, Mapping[str, ModelPrice]]
+    # Every model call asks for its model's price: the patterns are matched
+    # once per (provider, model) a table is asked about.
+    _found: dict[tuple[str, str], ModelPrice | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_settings(cls, prices: Mapping[str, ModelPrice]) -> PriceTable:
@@ -109,12 +118,20 @@ class PriceTable:
 
     def price(self, provider: str, model: str) -> ModelPrice | None:
         """The price of ``model`` (None: unknown)."""
+        key = (provider, model)
+        try:
+            return self._found[key]
+        except KeyError:
+            pass
         found = _best(self.overrides, model)
-        if found is not None:
-            return found
-        if provider in FREE_PROVIDERS:
-            return ModelPrice(input=0, output=0)
-        return _best(self.defaults.get(provider, {}), model)
+        if found is None and provider in FREE_PROVIDERS:
+            found = ModelPrice(input=0, output=0)
+        elif found is None:
+            found = _best(self.defaults.get(provider, {}), model)
+        if len(self._found) >= _KEPT_PRICES:
+            self._found.clear()  # names made up per call: keep the cache small
+        self._found[key] = found
+        return found
 
     def cost(self, provider: str, model: str, usage: Usage) -> float | None:
         """US dollars for one call (None when the model has no price)."""
