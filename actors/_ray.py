@@ -117,7 +117,8 @@ def freeze_heap() -> int:
     objects are freed by their reference counts, not by the collector (a
     busy OpenAI persona's collections found nothing to free), yet at 700 a
     persona ran a collection every four turns and a full one every ~500:
-    0.08 ms of CPU per turn, against 0.009 ms at 5,000.
+    0.082 ms of CPU per turn, against 0.006 ms at 5,000
+    (``benchmarks/turn_cpu.py``, its collector rows).
     """
     gc.freeze()
     _, older, oldest = gc.get_threshold()
